@@ -1,0 +1,68 @@
+package v1alpha1
+
+import clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+// DockerMachinePool condition types and reasons (v1beta2 metav1.Condition).
+const (
+	// ReadyCondition summarises the other conditions of a DockerMachinePool or DockerMachinePoolMachine.
+	ReadyCondition = clusterv1.ReadyCondition
+
+	// PausedCondition is true while the Cluster or the object is paused; nothing is touched then.
+	PausedCondition = clusterv1.PausedCondition
+
+	// ReplicasReadyCondition is true when the pool has as many ready containers as the MachinePool asks.
+	ReplicasReadyCondition = "ReplicasReady"
+	// ReplicasReadyReason: the pool has the requested number of ready replicas.
+	ReplicasReadyReason = "Ready"
+	// ScalingUpReason: the pool is creating or bootstrapping containers.
+	ScalingUpReason = "ScalingUp"
+	// ScalingDownReason: the pool is removing containers.
+	ScalingDownReason = "ScalingDown"
+	// WaitingForReplicasReadyReason: as many containers as requested exist but not all are ready.
+	WaitingForReplicasReadyReason = "WaitingForReplicasReady"
+
+	// MachinesCreatedCondition is true when every container the pool needs could be created and bootstrapped.
+	MachinesCreatedCondition = "MachinesCreated"
+	// MachinesCreatedReason: all requested containers exist and were bootstrapped.
+	MachinesCreatedReason = "Created"
+	// ImageNotFoundReason: the node image is not present on the engine; it is never pulled.
+	ImageNotFoundReason = "ImageNotFound"
+	// ContainerCreateFailedReason: the engine refused to create or start a container.
+	ContainerCreateFailedReason = "ContainerCreateFailed"
+	// BootstrapFailedReason: the bootstrap commands failed in a container.
+	BootstrapFailedReason = "BootstrapFailed"
+	// WaitingForBootstrapDataReason: the MachinePool has no bootstrap data secret yet.
+	WaitingForBootstrapDataReason = "WaitingForBootstrapData"
+	// WaitingForVersionGateReason: some containers are not created because the version-skew gate waits.
+	WaitingForVersionGateReason = "WaitingForVersionGate"
+
+	// VersionSkewCondition is true when the pool may create containers of the version it targets
+	// now; false while the version-skew gate makes it wait. Its reasons are those of pkg/skew.
+	VersionSkewCondition = "VersionSkewAdmitted"
+
+	// BootstrapDataFreshCondition is false while the pool waits for the bootstrap provider to
+	// re-render data that is older than a pause or was rendered for another Kubernetes version.
+	BootstrapDataFreshCondition = "BootstrapDataFresh"
+	// BootstrapDataFreshReason: the data the next container would use is fresh.
+	BootstrapDataFreshReason = "Fresh"
+	// BootstrapDataRefreshingReason: a refresh was requested from the bootstrap provider.
+	BootstrapDataRefreshingReason = "Refreshing"
+
+	// DeletingReason is used on Ready while the object is being deleted.
+	DeletingReason = "Deleting"
+)
+
+// DockerMachinePoolMachine condition types and reasons.
+const (
+	// ContainerProvisionedCondition is true when the container of a DockerMachinePoolMachine runs
+	// and has been bootstrapped.
+	ContainerProvisionedCondition = "ContainerProvisioned"
+	// ContainerProvisionedReason: the container runs and has been bootstrapped.
+	ContainerProvisionedReason = "Provisioned"
+	// ContainerNotFoundReason: the container is gone; the pool will replace it.
+	ContainerNotFoundReason = "ContainerNotFound"
+	// ContainerNotRunningReason: the container exists but is not running.
+	ContainerNotRunningReason = "ContainerNotRunning"
+	// BootstrappingReason: the container runs and its bootstrap has not finished.
+	BootstrappingReason = "Bootstrapping"
+)

@@ -1,0 +1,249 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// DockerMachinePoolMachineTemplate describes the containers of a pool.
+type DockerMachinePoolMachineTemplate struct {
+	// customImage is the node image of the pool's containers. When empty, the kindest/node image
+	// of the MachinePool's version is used. Its tag must be the Kubernetes version it runs
+	// (vX.Y.Z), because the version-skew gate reads the version from it. Images are never pulled.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`
+	CustomImage string `json:"customImage,omitempty"`
+
+	// preLoadImages are images, already present on the Docker engine, loaded into each new
+	// container's containerd before it is bootstrapped.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	PreLoadImages []string `json:"preLoadImages,omitempty"`
+
+	// extraMounts are host paths mounted into each container.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	ExtraMounts []Mount `json:"extraMounts,omitempty"`
+
+	// bootstrapTimeout bounds the bootstrap of one container; a container that has not finished
+	// by then is reported as failed and replaced. Defaults to 3m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="bootstrapTimeout must be greater than zero"
+	BootstrapTimeout *metav1.Duration `json:"bootstrapTimeout,omitempty"`
+}
+
+// Mount is a host path mounted into a container.
+type Mount struct {
+	// containerPath is the absolute path inside the container.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^/`
+	ContainerPath string `json:"containerPath"`
+
+	// hostPath is the absolute path on the Docker host.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^/`
+	HostPath string `json:"hostPath"`
+
+	// readOnly mounts the path read-only.
+	// +optional
+	ReadOnly bool `json:"readOnly,omitempty"`
+}
+
+// DockerMachinePoolSpec defines the desired state of DockerMachinePool.
+type DockerMachinePoolSpec struct {
+	// template describes the containers of the pool.
+	// +optional
+	Template DockerMachinePoolMachineTemplate `json:"template,omitempty,omitzero"`
+
+	// providerID identifies the pool as a whole.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	ProviderID string `json:"providerID,omitempty"`
+
+	// providerIDList lists the provider IDs of the pool's containers; the controller maintains it.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	ProviderIDList []string `json:"providerIDList,omitempty"`
+}
+
+// DockerMachinePoolStatus defines the observed state of DockerMachinePool.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolStatus struct {
+	// conditions represent the observations of the pool's current state. Known types: Ready,
+	// ReplicasReady, MachinesCreated, VersionSkewAdmitted, BootstrapDataFresh, Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// initialization reports the pool's provisioning, as the InfraMachinePool contract asks.
+	// +optional
+	Initialization DockerMachinePoolInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// replicas is the number of containers of the pool.
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of containers that run and have been bootstrapped.
+	// +optional
+	ReadyReplicas *int32 `json:"readyReplicas,omitempty"`
+
+	// instances describes each container of the pool.
+	// +optional
+	// +listType=map
+	// +listMapKey=instanceName
+	// +kubebuilder:validation:MaxItems=10000
+	Instances []DockerMachinePoolInstanceStatus `json:"instances,omitempty"`
+
+	// infrastructureMachineKind is DockerMachinePoolMachine: every container is also a Machine.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	InfrastructureMachineKind string `json:"infrastructureMachineKind,omitempty"`
+
+	// versionGate says which Kubernetes version the pool admits now and, while it waits, why.
+	// +optional
+	VersionGate DockerMachinePoolVersionGateStatus `json:"versionGate,omitempty,omitzero"`
+
+	// observedGeneration is the generation this status reflects.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// DockerMachinePoolInitializationStatus reports the pool's provisioning.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolInitializationStatus struct {
+	// provisioned is true once the pool's infrastructure is ready to host containers.
+	// +optional
+	Provisioned *bool `json:"provisioned,omitempty"`
+}
+
+// DockerMachinePoolVersionGateStatus reports the version-skew gate of a pool.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolVersionGateStatus struct {
+	// targetVersion is the Kubernetes version of the image the pool would create now.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	TargetVersion string `json:"targetVersion,omitempty"`
+
+	// admittedVersion is the newest version the gate has admitted; replacements and scale-ups
+	// use it while the gate waits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	AdmittedVersion string `json:"admittedVersion,omitempty"`
+
+	// waitingReason is the gate's reason while it waits (ControlPlaneOlder, TooOld,
+	// VersionMismatch, ControlPlaneUnknown, InvalidVersion); empty when it admits targetVersion.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	WaitingReason string `json:"waitingReason,omitempty"`
+
+	// waitingSince is when the current wait began.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
+
+	// bootstrapDataHashAtPause is the sha256 of the bootstrap data when the wait began; data with
+	// this hash is never used for the first container after the wait.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootstrapDataHashAtPause string `json:"bootstrapDataHashAtPause,omitempty"`
+}
+
+// DockerMachinePoolInstanceStatus describes one container of a pool.
+type DockerMachinePoolInstanceStatus struct {
+	// instanceName is the name of the container and of its DockerMachinePoolMachine.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	InstanceName string `json:"instanceName"`
+
+	// providerID is the provider ID of the container.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ProviderID string `json:"providerID,omitempty"`
+
+	// version is the Kubernetes version the container runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Version string `json:"version,omitempty"`
+
+	// ready is true when the container runs and has been bootstrapped.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// bootstrapDataHash is the sha256 of the bootstrap data the container was created with.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootstrapDataHash string `json:"bootstrapDataHash,omitempty"`
+
+	// addresses of the container.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Addresses []clusterv1.MachineAddress `json:"addresses,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=dockermachinepools,scope=Namespaced,categories=cluster-api,shortName=dmp
+// +kubebuilder:storageversion
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
+// +kubebuilder:printcolumn:name="Replicas",type="integer",JSONPath=".status.replicas",description="Containers in the pool"
+// +kubebuilder:printcolumn:name="Ready",type="integer",JSONPath=".status.readyReplicas",description="Ready containers"
+// +kubebuilder:printcolumn:name="Version",type="string",JSONPath=".metadata.labels['infrastructure\\.capdmp\\.dev/kubernetes-version']",description="Kubernetes version of the image the pool creates now"
+// +kubebuilder:printcolumn:name="Admitted",type="string",JSONPath=".status.versionGate.admittedVersion",description="Newest version admitted by the version-skew gate"
+// +kubebuilder:printcolumn:name="Waiting",type="string",JSONPath=".status.versionGate.waitingReason",description="Why the version-skew gate waits"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
+
+// DockerMachinePool is a pool of Docker containers that run Kubernetes nodes; it never creates a
+// container whose kubelet would break the version skew policy.
+type DockerMachinePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the pool.
+	// +optional
+	Spec DockerMachinePoolSpec `json:"spec,omitempty,omitzero"`
+
+	// status is the observed state of the pool.
+	// +optional
+	Status DockerMachinePoolStatus `json:"status,omitempty,omitzero"`
+}
+
+// GetConditions returns the pool's conditions.
+func (p *DockerMachinePool) GetConditions() []metav1.Condition { return p.Status.Conditions }
+
+// SetConditions sets the pool's conditions.
+func (p *DockerMachinePool) SetConditions(conditions []metav1.Condition) {
+	p.Status.Conditions = conditions
+}
+
+// +kubebuilder:object:root=true
+
+// DockerMachinePoolList is a list of DockerMachinePools.
+type DockerMachinePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DockerMachinePool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DockerMachinePool{}, &DockerMachinePoolList{})
+}
