@@ -1,0 +1,69 @@
+# CAPDMP: Cluster API infrastructure provider for Docker MachinePools.
+SHELL := /usr/bin/env bash -o pipefail
+.DEFAULT_GOAL := help
+
+ROOT := $(abspath .)
+BIN := $(ROOT)/bin
+TOOLS := go tool -modfile=$(ROOT)/hack/tools/go.mod
+export KUBEBUILDER_ASSETS ?= $(BIN)/envtest
+GO_TEST_FLAGS ?= -timeout 30m
+
+IMG ?= capdmp-controller:dev
+
+##@ General
+.PHONY: help
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+.PHONY: generate
+generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
+	$(TOOLS) controller-gen object paths=./api/...
+	$(TOOLS) controller-gen crd paths=./api/... output:crd:dir=./config/crd/bases
+	$(TOOLS) controller-gen rbac:roleName=manager-role paths=./controllers/... paths=./internal/... output:rbac:dir=./config/rbac
+	$(TOOLS) controller-gen webhook paths=./internal/webhooks/... output:webhook:dir=./config/webhook
+
+.PHONY: verify
+verify: generate ## Fail when generated files or go.mod are out of date
+	go mod tidy -diff
+	cd hack/tools && go mod tidy -diff
+	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
+		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
+		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "not gofmt-clean"; exit 1; }
+
+.PHONY: lint
+lint: ## Run golangci-lint
+	$(TOOLS) golangci-lint run ./...
+
+.PHONY: manifests
+manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
+	mkdir -p out
+	$(TOOLS) kustomize build config/default > out/infrastructure-components.yaml
+
+##@ Test
+.PHONY: envtest-binaries
+envtest-binaries: ## Build kube-apiserver and etcd for envtest (cached)
+	hack/envtest-binaries.sh
+
+.PHONY: docker-engine
+docker-engine: ## Start a Docker engine if none answers
+	hack/docker-engine.sh start
+
+.PHONY: test
+test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker engine, verify
+	go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) verify
+
+##@ Run
+.PHONY: run
+run: envtest-binaries ## Run the manager on an embedded control plane (the main job)
+	go run . --embedded
+
+.PHONY: build
+build: ## Build the manager binary
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/manager .
+
+.PHONY: docker-build
+docker-build: ## Build the manager image
+	docker build --pull=false -t $(IMG) .
