@@ -1,0 +1,472 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	dockercontainer "github.com/moby/moby/api/types/container"
+	dockernetwork "github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+)
+
+const (
+	// masqueradeOption is the bridge driver option that turns off NAT to outside networks:
+	// node containers talk to each other and to the host, never to the internet.
+	masqueradeOption = "com.docker.network.bridge.enable_ip_masquerade"
+
+	// maxExecOutput bounds what is kept of each output stream of a command, so that a chatty
+	// command cannot fill the controller's memory. The tail beyond is dropped.
+	maxExecOutput = 1 << 20
+)
+
+// predefinedNetworks exist on every engine and cannot be created.
+var predefinedNetworks = []string{"", HostNetwork, "bridge", "none"}
+
+// Docker is the Runtime of a Docker engine, over the Docker Engine API. It counts every request
+// it makes to the engine (see Calls).
+type Docker struct {
+	Counter
+
+	client *client.Client
+	// networkMu serialises EnsureNetwork: engines before API 1.44 accept two networks with the
+	// same name, which concurrent reconciles would otherwise create.
+	networkMu sync.Mutex
+}
+
+var _ Runtime = &Docker{}
+var _ CallCounter = &Docker{}
+
+// NewDocker returns a Runtime for the engine the environment points at (DOCKER_HOST,
+// DOCKER_API_VERSION, DOCKER_CERT_PATH, DOCKER_TLS_VERIFY; default: the local socket). The API
+// version is negotiated on the first request unless DOCKER_API_VERSION pins it; Debian's docker.io
+// 20.10 speaks 1.41. It does not contact the engine; see Ping.
+func NewDocker(opts ...client.Opt) (*Docker, error) {
+	c, err := client.New(append([]client.Opt{client.FromEnv}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create Docker client: %w", err)
+	}
+	return &Docker{client: c}, nil
+}
+
+// Close releases the client's idle connections.
+func (d *Docker) Close() error {
+	return d.client.Close()
+}
+
+// Ping checks that the engine answers and negotiates the API version, which it returns.
+func (d *Docker) Ping(ctx context.Context) (string, error) {
+	d.Count("Ping")
+	if _, err := d.client.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return "", fmt.Errorf("failed to reach the Docker engine at %s: %w", d.client.DaemonHost(), err)
+	}
+	return d.client.ClientVersion(), nil
+}
+
+// List returns all containers, running or not, that carry all the given labels. At least one
+// label is required: listing every container of the engine is never what a controller wants.
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Container, error) {
+	if len(labels) == 0 {
+		return nil, errors.New("failed to list containers: at least one label is required")
+	}
+	filters := client.Filters{}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		filters.Add("label", k+"="+labels[k])
+	}
+	d.Count("ContainerList")
+	res, err := d.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filters})
+	if err != nil {
+		return nil, fmt.Errorf("failed to list containers with labels %v: %w", labels, err)
+	}
+	out := make([]Container, 0, len(res.Items))
+	for _, s := range res.Items {
+		// The engine ANDs label filters; checking again keeps that a property of this function
+		// rather than of the engine version.
+		if !hasLabels(s.Labels, labels) {
+			continue
+		}
+		out = append(out, containerFromSummary(s))
+	}
+	slices.SortFunc(out, func(a, b Container) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Inspect returns one container by name or ID.
+func (d *Docker) Inspect(ctx context.Context, containerName string) (Container, error) {
+	d.Count("ContainerInspect")
+	res, err := d.client.ContainerInspect(ctx, containerName, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return Container{}, fmt.Errorf("failed to inspect container %q: %w", containerName, ErrNotFound)
+		}
+		return Container{}, fmt.Errorf("failed to inspect container %q: %w", containerName, err)
+	}
+	return containerFromInspect(res.Container), nil
+}
+
+// Create creates and starts a container. It checks the image first and never pulls.
+func (d *Docker) Create(ctx context.Context, spec Spec) (Container, error) {
+	if spec.Name == "" || spec.Image == "" {
+		return Container{}, errors.New("failed to create container: name and image are required")
+	}
+	exists, err := d.ImageExists(ctx, spec.Image)
+	if err != nil {
+		return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, err)
+	}
+	if !exists {
+		return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, imageNotFound(spec.Image))
+	}
+
+	config, hostConfig, networkConfig := dockerCreateOptions(spec)
+	d.Count("ContainerCreate")
+	created, err := d.client.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:             spec.Name,
+		Config:           config,
+		HostConfig:       hostConfig,
+		NetworkingConfig: networkConfig,
+	})
+	if err != nil {
+		switch {
+		case cerrdefs.IsConflict(err):
+			return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, ErrAlreadyExists)
+		case cerrdefs.IsNotFound(err) && strings.Contains(err.Error(), "No such image"):
+			// The image went away between the check and the create.
+			return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, imageNotFound(spec.Image))
+		}
+		return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, err)
+	}
+
+	d.Count("ContainerStart")
+	if _, err := d.client.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		startErr := fmt.Errorf("failed to start container %q: %w", spec.Name, err)
+		// A container that was created but cannot start would block the name; remove it so that
+		// the next reconcile starts from scratch.
+		if delErr := d.Delete(ctx, created.ID); delErr != nil {
+			return Container{}, errors.Join(startErr, delErr)
+		}
+		return Container{}, startErr
+	}
+
+	c, err := d.Inspect(ctx, created.ID)
+	if err != nil {
+		return Container{}, fmt.Errorf("failed to read container %q after starting it: %w", spec.Name, err)
+	}
+	return c, nil
+}
+
+// dockerCreateOptions translates a Spec into the Docker Engine API's create request.
+func dockerCreateOptions(spec Spec) (*dockercontainer.Config, *dockercontainer.HostConfig, *dockernetwork.NetworkingConfig) {
+	config := &dockercontainer.Config{
+		Image:      spec.Image,
+		Hostname:   spec.Hostname,
+		Labels:     maps.Clone(spec.Labels),
+		Env:        slices.Clone(spec.Env),
+		Entrypoint: slices.Clone(spec.Entrypoint),
+		Cmd:        slices.Clone(spec.Cmd),
+		Tty:        spec.Tty,
+		StopSignal: spec.StopSignal,
+	}
+	if len(spec.Volumes) > 0 {
+		config.Volumes = map[string]struct{}{}
+		for _, v := range spec.Volumes {
+			config.Volumes[v] = struct{}{}
+		}
+	}
+
+	hostConfig := &dockercontainer.HostConfig{
+		NetworkMode:  dockercontainer.NetworkMode(spec.Network),
+		Privileged:   spec.Privileged,
+		SecurityOpt:  slices.Clone(spec.SecurityOpt),
+		CgroupnsMode: dockercontainer.CgroupnsMode(spec.CgroupnsMode),
+		Tmpfs:        maps.Clone(spec.Tmpfs),
+		Sysctls:      maps.Clone(spec.Sysctls),
+		Init:         spec.Init,
+	}
+	if spec.RestartPolicy != "" {
+		hostConfig.RestartPolicy = dockercontainer.RestartPolicy{
+			Name:              dockercontainer.RestartPolicyMode(spec.RestartPolicy),
+			MaximumRetryCount: spec.MaxRestarts,
+		}
+	}
+	for _, m := range spec.Mounts {
+		// Binds rather than the Mounts API, so that a missing host path is created as with
+		// `docker run -v`, which is what kind's node mounts rely on.
+		bind := m.Source + ":" + m.Target
+		if m.ReadOnly {
+			bind += ":ro"
+		}
+		hostConfig.Binds = append(hostConfig.Binds, bind)
+	}
+	return config, hostConfig, &dockernetwork.NetworkingConfig{}
+}
+
+// Exec runs cmd in a running container and waits for it to end. The command runs privileged,
+// as kind's node commands do (kubeadm remounts, writes sysctls...).
+func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, stdin io.Reader) (ExecResult, error) {
+	if len(cmd) == 0 {
+		return ExecResult{}, errors.New("failed to exec: empty command")
+	}
+	d.Count("ExecCreate")
+	created, err := d.client.ExecCreate(ctx, containerName, client.ExecCreateOptions{
+		Cmd:          cmd,
+		Privileged:   true,
+		AttachStdin:  stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		switch {
+		case cerrdefs.IsNotFound(err):
+			return ExecResult{}, fmt.Errorf("failed to exec %q in container %q: %w", cmd[0], containerName, ErrNotFound)
+		case cerrdefs.IsConflict(err):
+			// The engine answers 409 when the container exists but does not run.
+			return ExecResult{}, fmt.Errorf("failed to exec %q in container %q: %w: %w", cmd[0], containerName, ErrNotRunning, err)
+		}
+		return ExecResult{}, fmt.Errorf("failed to exec %q in container %q: %w", cmd[0], containerName, err)
+	}
+
+	d.Count("ExecAttach")
+	attached, err := d.client.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("failed to attach to exec %q in container %q: %w", cmd[0], containerName, err)
+	}
+	defer attached.Close()
+	// The hijacked connection does not follow the context; closing it ends the reads below.
+	stop := context.AfterFunc(ctx, attached.Close)
+	defer stop()
+
+	if stdin != nil {
+		go func() {
+			// A command may exit without reading all its input; the write error that follows is
+			// not the command's failure, its exit code tells.
+			_, _ = io.Copy(attached.Conn, stdin)
+			_ = attached.CloseWrite()
+		}()
+	}
+
+	stdout, stderr := &cappedBuffer{max: maxExecOutput}, &cappedBuffer{max: maxExecOutput}
+	if _, err := stdcopy.StdCopy(stdout, stderr, attached.Reader); err != nil {
+		if ctx.Err() != nil {
+			return ExecResult{}, fmt.Errorf("failed to read output of %q in container %q: %w", cmd[0], containerName, ctx.Err())
+		}
+		return ExecResult{}, fmt.Errorf("failed to read output of %q in container %q: %w", cmd[0], containerName, err)
+	}
+
+	exitCode, err := d.execExitCode(ctx, created.ID)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("failed to get exit code of %q in container %q: %w", cmd[0], containerName, err)
+	}
+	return ExecResult{ExitCode: exitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+// execExitCode reads the exit code of an exec whose output has ended. The engine may report it
+// as running for a moment after closing the streams, so it polls briefly.
+func (d *Docker) execExitCode(ctx context.Context, execID string) (int, error) {
+	const attempts = 50
+	for i := 0; ; i++ {
+		d.Count("ExecInspect")
+		res, err := d.client.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if !res.Running {
+			return res.ExitCode, nil
+		}
+		if i == attempts {
+			return 0, errors.New("command still running after its output ended")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Delete force-removes a container with its anonymous volumes; a missing container is success.
+func (d *Docker) Delete(ctx context.Context, containerName string) error {
+	d.Count("ContainerRemove")
+	_, err := d.client.ContainerRemove(ctx, containerName, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("failed to delete container %q: %w", containerName, err)
+	}
+	return nil
+}
+
+// ImageExists tells whether the image is present on the engine.
+func (d *Docker) ImageExists(ctx context.Context, image string) (bool, error) {
+	d.Count("ImageInspect")
+	if _, err := d.client.ImageInspect(ctx, image); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("failed to inspect image %q: %w", image, err)
+	}
+	return true, nil
+}
+
+// SaveImages streams the images as a `docker save` tarball. Missing images are ErrImageNotFound.
+func (d *Docker) SaveImages(ctx context.Context, images []string) (io.ReadCloser, error) {
+	// The engine reports a missing image only after it started streaming; checking first gives
+	// callers the same typed error as Create.
+	for _, image := range images {
+		exists, err := d.ImageExists(ctx, image)
+		if err != nil {
+			return nil, fmt.Errorf("failed to save images: %w", err)
+		}
+		if !exists {
+			return nil, fmt.Errorf("failed to save images: %w", imageNotFound(image))
+		}
+	}
+	d.Count("ImageSave")
+	r, err := d.client.ImageSave(ctx, images)
+	if err != nil {
+		return nil, fmt.Errorf("failed to save images %v: %w", images, err)
+	}
+	return r, nil
+}
+
+// EnsureNetwork makes sure a user-defined bridge network exists. It is created as kind does
+// (bridge driver, embedded DNS so that nodes reach each other by name) but without IP
+// masquerade, so that nodes reach only the host and each other. An existing network is used as
+// it is. Docker's predefined networks, "host" among them, are left alone.
+func (d *Docker) EnsureNetwork(ctx context.Context, name string) error {
+	if slices.Contains(predefinedNetworks, name) {
+		return nil
+	}
+	d.networkMu.Lock()
+	defer d.networkMu.Unlock()
+
+	d.Count("NetworkList")
+	// The name filter matches substrings; the exact name is checked below.
+	res, err := d.client.NetworkList(ctx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
+	if err != nil {
+		return fmt.Errorf("failed to list networks named %q: %w", name, err)
+	}
+	for _, n := range res.Items {
+		if n.Name == name {
+			return nil
+		}
+	}
+
+	d.Count("NetworkCreate")
+	_, err = d.client.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+		Driver:  "bridge",
+		Options: map[string]string{masqueradeOption: "false"},
+	})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("failed to create network %q: %w", name, err)
+	}
+	return nil
+}
+
+// imageNotFound is the error for a missing image; it tells the user what to do, since CAPDMP
+// deliberately never pulls.
+func imageNotFound(image string) error {
+	return fmt.Errorf("%w: %q is not present on the Docker engine (images are never pulled: build, load or pull it there first)", ErrImageNotFound, image)
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func containerFromSummary(s dockercontainer.Summary) Container {
+	c := Container{
+		ID:        s.ID,
+		Image:     s.Image,
+		Labels:    s.Labels,
+		Running:   s.State == dockercontainer.StateRunning,
+		CreatedAt: time.Unix(s.Created, 0),
+	}
+	if len(s.Names) > 0 {
+		c.Name = strings.TrimPrefix(s.Names[0], "/")
+	}
+	if s.NetworkSettings != nil {
+		c.IPv4, c.IPv6 = addresses(s.NetworkSettings.Networks, s.HostConfig.NetworkMode)
+	}
+	return c
+}
+
+func containerFromInspect(r dockercontainer.InspectResponse) Container {
+	c := Container{
+		ID:   r.ID,
+		Name: strings.TrimPrefix(r.Name, "/"),
+	}
+	if r.Config != nil {
+		// r.Image is the image ID; the name the container was created with is in the config.
+		c.Image = r.Config.Image
+		c.Labels = r.Config.Labels
+	}
+	if r.State != nil {
+		c.Running = r.State.Running
+	}
+	if created, err := time.Parse(time.RFC3339Nano, r.Created); err == nil {
+		c.CreatedAt = created
+	}
+	if r.NetworkSettings != nil {
+		mode := ""
+		if r.HostConfig != nil {
+			mode = string(r.HostConfig.NetworkMode)
+		}
+		c.IPv4, c.IPv6 = addresses(r.NetworkSettings.Networks, mode)
+	}
+	return c
+}
+
+// addresses returns the container's addresses on its primary network: the one of its network
+// mode when attached to it, else the first by name.
+func addresses(networks map[string]*dockernetwork.EndpointSettings, networkMode string) (string, string) {
+	ep, ok := networks[networkMode]
+	if !ok || ep == nil {
+		for _, name := range slices.Sorted(maps.Keys(networks)) {
+			if networks[name] != nil {
+				ep = networks[name]
+				break
+			}
+		}
+	}
+	if ep == nil {
+		return "", ""
+	}
+	return addrString(ep.IPAddress), addrString(ep.GlobalIPv6Address)
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() || a.IsUnspecified() {
+		return ""
+	}
+	return a.String()
+}
+
+// cappedBuffer keeps the first max bytes written to it and silently drops the rest, so that the
+// stream it is fed from is still read to its end.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		if len(p) > room {
+			_, _ = b.Buffer.Write(p[:room])
+		} else {
+			_, _ = b.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}

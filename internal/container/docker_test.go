@@ -1,0 +1,309 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dockercontainer "github.com/moby/moby/api/types/container"
+	dockernetwork "github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	. "github.com/onsi/gomega"
+)
+
+func TestDockerCreateOptions(t *testing.T) {
+	g := NewWithT(t)
+	spec := NodeSpec(NodeSpecInput{
+		Name:        "pool-a-1",
+		Image:       "kindest/node:v1.36.3",
+		ClusterName: "c1",
+		Network:     "kind",
+		Labels:      map[string]string{"infrastructure.capdmp.dev/pool-uid": "u1"},
+		ExtraMounts: []Mount{{Source: "/srv", Target: "/srv"}},
+		Env:         []string{"A=1"},
+	})
+	config, hostConfig, networkConfig := dockerCreateOptions(spec)
+
+	g.Expect(config.Image).To(Equal("kindest/node:v1.36.3"))
+	g.Expect(config.Hostname).To(Equal("pool-a-1"))
+	g.Expect(config.Labels).To(Equal(map[string]string{
+		"infrastructure.capdmp.dev/pool-uid": "u1",
+		"io.x-k8s.kind.cluster":              "c1",
+		"io.x-k8s.kind.role":                 "worker",
+	}))
+	g.Expect(config.Env).To(Equal([]string{"A=1"}))
+	g.Expect(config.Volumes).To(Equal(map[string]struct{}{"/var": {}}))
+	g.Expect(config.Tty).To(BeTrue())
+	g.Expect(config.StopSignal).To(Equal("SIGRTMIN+3"))
+	g.Expect(config.Entrypoint).To(BeEmpty())
+
+	g.Expect(hostConfig.NetworkMode).To(Equal(dockercontainer.NetworkMode("kind")))
+	g.Expect(hostConfig.Privileged).To(BeTrue())
+	g.Expect(hostConfig.SecurityOpt).To(ConsistOf("seccomp=unconfined", "apparmor=unconfined"))
+	g.Expect(hostConfig.CgroupnsMode).To(Equal(dockercontainer.CgroupnsMode("private")))
+	g.Expect(hostConfig.Tmpfs).To(Equal(map[string]string{"/tmp": "", "/run": ""}))
+	g.Expect(hostConfig.Binds).To(Equal([]string{"/srv:/srv", "/lib/modules:/lib/modules:ro"}))
+	g.Expect(hostConfig.RestartPolicy).To(Equal(dockercontainer.RestartPolicy{Name: "on-failure", MaximumRetryCount: 1}))
+	g.Expect(hostConfig.Init).To(HaveValue(BeFalse()))
+	g.Expect(networkConfig).ToNot(BeNil())
+
+	// The request must not share maps with the spec: the client normalises some fields in place.
+	config.Labels["x"] = "y"
+	g.Expect(spec.Labels).ToNot(HaveKey("x"))
+}
+
+func TestDockerCreateOptionsMinimal(t *testing.T) {
+	g := NewWithT(t)
+	config, hostConfig, _ := dockerCreateOptions(Spec{Name: "n", Image: "i", Network: "host", Cmd: []string{"sleep", "1"}})
+	g.Expect(config.Hostname).To(BeEmpty())
+	g.Expect(config.Volumes).To(BeNil())
+	g.Expect(config.Cmd).To(Equal([]string{"sleep", "1"}))
+	g.Expect(hostConfig.NetworkMode).To(Equal(dockercontainer.NetworkMode("host")))
+	g.Expect(hostConfig.RestartPolicy.Name).To(BeEmpty())
+	g.Expect(hostConfig.Init).To(BeNil())
+	g.Expect(hostConfig.Binds).To(BeEmpty())
+}
+
+func TestAddresses(t *testing.T) {
+	ep := func(v4, v6 string) *dockernetwork.EndpointSettings {
+		e := &dockernetwork.EndpointSettings{}
+		if v4 != "" {
+			e.IPAddress = netip.MustParseAddr(v4)
+		}
+		if v6 != "" {
+			e.GlobalIPv6Address = netip.MustParseAddr(v6)
+		}
+		return e
+	}
+	tests := []struct {
+		name         string
+		networks     map[string]*dockernetwork.EndpointSettings
+		mode         string
+		wantV4, want string
+	}{
+		{name: "no networks"},
+		{name: "host network has no address", networks: map[string]*dockernetwork.EndpointSettings{"host": ep("", "")}, mode: "host"},
+		{name: "network of the mode", networks: map[string]*dockernetwork.EndpointSettings{"a": ep("10.0.0.2", ""), "kind": ep("172.18.0.3", "fc00::3")}, mode: "kind", wantV4: "172.18.0.3", want: "fc00::3"},
+		{name: "first by name otherwise", networks: map[string]*dockernetwork.EndpointSettings{"b": ep("10.0.1.2", ""), "a": ep("10.0.0.2", "")}, mode: "default", wantV4: "10.0.0.2"},
+		{name: "stopped container has unspecified addresses", networks: map[string]*dockernetwork.EndpointSettings{"kind": ep("0.0.0.0", "::")}, mode: "kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			v4, v6 := addresses(tt.networks, tt.mode)
+			g.Expect(v4).To(Equal(tt.wantV4))
+			g.Expect(v6).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestCappedBuffer(t *testing.T) {
+	g := NewWithT(t)
+	b := &cappedBuffer{max: 5}
+	n, err := b.Write([]byte("abc"))
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(n).To(Equal(3))
+	n, err = b.Write([]byte("defgh"))
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(n).To(Equal(5), "a capped buffer must still accept the whole write")
+	_, _ = b.Write([]byte("ij"))
+	g.Expect(b.String()).To(Equal("abcde"))
+}
+
+func TestCallCounts(t *testing.T) {
+	g := NewWithT(t)
+	c := &Counter{}
+	c.Count("ContainerList")
+	before := c.Calls()
+	c.Count("ContainerList")
+	c.Count("ExecCreate")
+	g.Expect(c.Calls()).To(Equal(CallCounts{"ContainerList": 2, "ExecCreate": 1}))
+	g.Expect(c.Calls().Total()).To(Equal(int64(3)))
+	g.Expect(c.Calls().Sub(before)).To(Equal(CallCounts{"ContainerList": 1, "ExecCreate": 1}))
+	before["ContainerList"] = 100
+	g.Expect(c.Calls()["ContainerList"]).To(Equal(int64(2)), "snapshots are copies")
+	c.ResetCalls()
+	g.Expect(c.Calls().Total()).To(BeZero())
+}
+
+// engineStub answers a few Docker Engine API endpoints the way Docker 20.10 (API 1.41) does, and
+// records the requests, so that error mapping and call counting are tested without an engine.
+type engineStub struct {
+	mu       sync.Mutex
+	requests []string
+	images   map[string]bool
+	// containers maps names to label sets.
+	containers map[string]map[string]string
+	networks   []string
+}
+
+func (e *engineStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Drop the /v1.41 prefix.
+	path := r.URL.Path
+	if i := strings.Index(path[1:], "/"); strings.HasPrefix(path, "/v") && i > 0 {
+		path = path[i+1:]
+	}
+	e.requests = append(e.requests, r.Method+" "+path)
+	notFound := func(msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+	}
+	switch {
+	case path == "/_ping":
+		w.Header().Set("Api-Version", "1.41")
+		_, _ = w.Write([]byte("OK"))
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/images/") && strings.HasSuffix(path, "/json"):
+		name := strings.TrimSuffix(strings.TrimPrefix(path, "/images/"), "/json")
+		if !e.images[name] {
+			notFound("no such image: " + name)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"Id": "sha256:abc"})
+	case r.Method == http.MethodDelete && strings.HasPrefix(path, "/containers/"):
+		name := strings.TrimPrefix(path, "/containers/")
+		if _, ok := e.containers[name]; !ok {
+			notFound("No such container: " + name)
+			return
+		}
+		delete(e.containers, name)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodGet && path == "/containers/json":
+		// Ignore the filters, as an engine with different filter semantics would.
+		var out []map[string]any
+		for name, labels := range e.containers {
+			out = append(out, map[string]any{"Id": "id-" + name, "Names": []string{"/" + name}, "Labels": labels, "State": "running", "Created": 1700000000})
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	case r.Method == http.MethodPost && strings.HasSuffix(path, "/exec"):
+		notFound("No such container: x")
+	case r.Method == http.MethodGet && path == "/networks":
+		var out []map[string]any
+		for _, n := range e.networks {
+			out = append(out, map[string]any{"Name": n, "Id": "id-" + n})
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	case r.Method == http.MethodPost && path == "/networks/create":
+		var req map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		e.networks = append(e.networks, req["Name"].(string))
+		e.requests[len(e.requests)-1] += " " + mustJSON(req["Options"])
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"Id": "n1"})
+	default:
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(map[string]string{"message": "unexpected request " + r.Method + " " + path})
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func (e *engineStub) Requests() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.requests...)
+}
+
+func newStubDocker(t *testing.T, e *engineStub) *Docker {
+	t.Helper()
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	d, err := NewDocker(client.WithHost("tcp://" + strings.TrimPrefix(srv.URL, "http://")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func TestDockerAgainstEngineStub(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("Ping negotiates the engine's API version", func(t *testing.T) {
+		g := NewWithT(t)
+		d := newStubDocker(t, &engineStub{})
+		v, err := d.Ping(ctx)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(v).To(Equal("1.41"))
+	})
+
+	t.Run("Create with a missing image fails typed and never pulls", func(t *testing.T) {
+		g := NewWithT(t)
+		e := &engineStub{}
+		d := newStubDocker(t, e)
+		_, _ = d.Ping(ctx)
+		_, err := d.Create(ctx, Spec{Name: "n1", Image: "capdmp.local/missing:v1.36.3"})
+		g.Expect(err).To(MatchError(ErrImageNotFound))
+		g.Expect(err.Error()).To(ContainSubstring(`"capdmp.local/missing:v1.36.3"`))
+		g.Expect(err.Error()).To(ContainSubstring("never pulled"))
+		g.Expect(e.Requests()).To(Equal([]string{"HEAD /_ping", "GET /images/capdmp.local/missing:v1.36.3/json"}))
+		g.Expect(d.Calls()).To(Equal(CallCounts{"Ping": 1, "ImageInspect": 1}))
+	})
+
+	t.Run("Delete of a missing container is success", func(t *testing.T) {
+		g := NewWithT(t)
+		d := newStubDocker(t, &engineStub{containers: map[string]map[string]string{}})
+		g.Expect(d.Delete(ctx, "gone")).To(Succeed())
+		g.Expect(d.Calls()).To(Equal(CallCounts{"ContainerRemove": 1}))
+	})
+
+	t.Run("List keeps only containers with all labels, sorted, in one call", func(t *testing.T) {
+		g := NewWithT(t)
+		d := newStubDocker(t, &engineStub{containers: map[string]map[string]string{
+			"b":     {"pool": "p1", "cluster": "c1"},
+			"a":     {"pool": "p1", "cluster": "c1", "extra": "x"},
+			"other": {"pool": "p2", "cluster": "c1"},
+			"bare":  {"pool": "p1"},
+		}})
+		got, err := d.List(ctx, map[string]string{"pool": "p1", "cluster": "c1"})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(got).To(HaveLen(2))
+		g.Expect(got[0].Name).To(Equal("a"))
+		g.Expect(got[0].Running).To(BeTrue())
+		g.Expect(got[0].CreatedAt).To(Equal(time.Unix(1700000000, 0)))
+		g.Expect(got[1].Name).To(Equal("b"))
+		g.Expect(d.Calls()).To(Equal(CallCounts{"ContainerList": 1}))
+	})
+
+	t.Run("List without labels is refused", func(t *testing.T) {
+		g := NewWithT(t)
+		d := newStubDocker(t, &engineStub{})
+		_, err := d.List(ctx, nil)
+		g.Expect(err).To(MatchError(ContainSubstring("at least one label")))
+		g.Expect(d.Calls().Total()).To(BeZero())
+	})
+
+	t.Run("Exec in a missing container is ErrNotFound", func(t *testing.T) {
+		g := NewWithT(t)
+		d := newStubDocker(t, &engineStub{})
+		_, err := d.Exec(ctx, "gone", []string{"true"}, nil)
+		g.Expect(err).To(MatchError(ErrNotFound))
+	})
+
+	t.Run("EnsureNetwork creates a bridge without masquerade once, leaves host alone", func(t *testing.T) {
+		g := NewWithT(t)
+		e := &engineStub{networks: []string{"kind-other"}}
+		d := newStubDocker(t, e)
+		_, _ = d.Ping(ctx)
+		g.Expect(d.EnsureNetwork(ctx, "host")).To(Succeed())
+		g.Expect(d.EnsureNetwork(ctx, "kind")).To(Succeed())
+		g.Expect(d.EnsureNetwork(ctx, "kind")).To(Succeed())
+		g.Expect(e.Requests()).To(Equal([]string{
+			"HEAD /_ping",
+			"GET /networks",
+			`POST /networks/create {"com.docker.network.bridge.enable_ip_masquerade":"false"}`,
+			"GET /networks",
+		}))
+	})
+}
