@@ -1,0 +1,123 @@
+package skew
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/blang/semver/v4"
+)
+
+// ParseVersion parses a Kubernetes version: a full semantic version (major.minor.patch, optional
+// pre-release and build metadata) with or without one leading lowercase "v".
+//
+// It is strict on purpose: "1.33", " v1.33.1", "V1.33.1", "v01.33.1" and "v1.33.1_k3s1" are
+// errors, because a gate that guesses what a malformed version meant can admit the wrong kubelet.
+// Image tags and label values, which cannot carry "+", have their own functions.
+func ParseVersion(s string) (semver.Version, error) {
+	if s == "" {
+		return semver.Version{}, fmt.Errorf("empty version: expected v<major>.<minor>.<patch>")
+	}
+	v, err := semver.Parse(strings.TrimPrefix(s, "v"))
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("%q is not a Kubernetes version (expected v<major>.<minor>.<patch>[-pre-release][+build]): %w", s, err)
+	}
+	return v, nil
+}
+
+// CanonicalVersion returns s in the form Kubernetes and Cluster API write versions: a leading "v"
+// followed by the semantic version, e.g. "1.33.1" and "v1.33.1" both give "v1.33.1".
+func CanonicalVersion(s string) (string, error) {
+	v, err := ParseVersion(s)
+	if err != nil {
+		return "", err
+	}
+	return formatVersion(v), nil
+}
+
+func formatVersion(v semver.Version) string {
+	return "v" + v.String()
+}
+
+// maxLabelValueLength is the limit Kubernetes puts on label values.
+const maxLabelValueLength = 63
+
+// VersionLabelValue returns the value under which a version is recorded in a label such as
+// infrastructure.capdmp.dev/kubernetes-version. Label values cannot contain "+", so build metadata
+// is joined with "_" as kubeadm does for image tags: "v1.33.1+k3s1" is recorded as "v1.33.1_k3s1".
+// Versions longer than a label value may be (63 characters) are an error.
+func VersionLabelValue(version string) (string, error) {
+	canonical, err := CanonicalVersion(version)
+	if err != nil {
+		return "", err
+	}
+	value := strings.ReplaceAll(canonical, "+", "_")
+	if len(value) > maxLabelValueLength {
+		return "", fmt.Errorf("version %q is longer than the %d characters a label value may have", canonical, maxLabelValueLength)
+	}
+	return value, nil
+}
+
+// VersionFromLabelValue reads a version recorded by VersionLabelValue and returns it in canonical
+// form. It accepts exactly what VersionLabelValue writes (and the same without the leading "v").
+func VersionFromLabelValue(value string) (string, error) {
+	if strings.Contains(value, "+") {
+		return "", fmt.Errorf("label value %q cannot contain \"+\"", value)
+	}
+	if len(value) > maxLabelValueLength {
+		return "", fmt.Errorf("label value %q is longer than %d characters", value, maxLabelValueLength)
+	}
+	return CanonicalVersion(strings.ReplaceAll(value, "_", "+"))
+}
+
+// Image reference grammar of the OCI distribution spec (github.com/distribution/reference),
+// written out here so that pkg/skew needs no container library.
+const (
+	pathComponentPattern   = `[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*`
+	domainComponentPattern = `(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])`
+	hostPattern            = `(?:` + domainComponentPattern + `(?:\.` + domainComponentPattern + `)*|\[[a-fA-F0-9:]+\])`
+	domainPattern          = hostPattern + `(?::[0-9]+)?`
+	namePattern            = `(?:` + domainPattern + `/)?` + pathComponentPattern + `(?:/` + pathComponentPattern + `)*`
+	tagPattern             = `[\w][\w.-]{0,127}`
+	digestPattern          = `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`
+	maxImageNameLength     = 255
+)
+
+var imageReference = regexp.MustCompile(`^(` + namePattern + `)(?::(` + tagPattern + `))?(?:@(` + digestPattern + `))?$`)
+
+// digestLengths are the hex lengths of the digest algorithms registered by the OCI image spec.
+var digestLengths = map[string]int{"sha256": 64, "sha512": 128}
+
+// VersionFromImageTag returns, in canonical form, the Kubernetes version named by the tag of a
+// node image reference such as "kindest/node:v1.33.1",
+// "localhost:5000/kindest/node:v1.33.1@sha256:<64 hex>" or "registry.example:443/node:1.33.1".
+//
+// The reference must be valid for the OCI distribution grammar and carry a tag; the tag must be a
+// Kubernetes version, with "_" standing for "+" as in kubeadm's image tags
+// ("v1.33.1_k3s1" is v1.33.1+k3s1). A digest alone says nothing about the version and is an error,
+// as are a registry port mistaken for a tag ("localhost:5000/kindest/node") and any tag that is not
+// a version ("latest").
+func VersionFromImageTag(image string) (string, error) {
+	m := imageReference.FindStringSubmatch(image)
+	if m == nil {
+		return "", fmt.Errorf("%q is not a valid image reference", image)
+	}
+	name, tag, digest := m[1], m[2], m[3]
+	if len(name) > maxImageNameLength {
+		return "", fmt.Errorf("image name in %q is longer than %d characters", image, maxImageNameLength)
+	}
+	if digest != "" {
+		algorithm, hex, _ := strings.Cut(digest, ":")
+		if want, known := digestLengths[algorithm]; known && len(hex) != want {
+			return "", fmt.Errorf("image %q has a %s digest of %d hex characters, expected %d", image, algorithm, len(hex), want)
+		}
+	}
+	if tag == "" {
+		return "", fmt.Errorf("image %q has no tag: the Kubernetes version is read from the tag", image)
+	}
+	version, err := CanonicalVersion(strings.ReplaceAll(tag, "_", "+"))
+	if err != nil {
+		return "", fmt.Errorf("tag %q of image %q is not a Kubernetes version: %w", tag, image, err)
+	}
+	return version, nil
+}
