@@ -1,0 +1,352 @@
+#!/usr/bin/env bash
+# Builds CAPDMP's stand-ins for the published kindest/node images, for machines where no image
+# registry can be reached: for each Kubernetes version a node image tagged kindest/node:VERSION,
+# laid out like kind's, with the control-plane images kubeadm expects preloaded; and the haproxy
+# load-balancer image CAPD's DockerCluster uses. Everything is built from Debian's packages and Go
+# sources and cached outside the clone (see docs/node-images.md).
+#
+# Usage: build.sh [VERSION...]     default: ${NODE_IMAGE_VERSIONS} or v1.35.4 v1.36.3 v1.37.2
+# Environment:
+#   CAPDMP_CACHE / NODE_IMAGES_CACHE   cache folder (default ~/.cache/capdmp/node-images)
+#   NODE_IMAGES_COREDNS=false          skip CoreDNS (the kubeadm addon/coredns phase must be skipped)
+#   NODE_IMAGES_SAVE=false             do not keep `docker save` tarballs of the images in the cache
+#   CRICTL_VERSION                     default v1.37.0
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "${NODE_IMAGES_DIR}/kube-binaries.sh"
+source "${NODE_IMAGES_DIR}/rootfs.sh"
+
+read -r -a VERSIONS <<<"${*:-${NODE_IMAGE_VERSIONS:-v1.35.4 v1.36.3 v1.37.2}}"
+CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
+NODE_IMAGES_COREDNS="${NODE_IMAGES_COREDNS:-true}"
+NODE_IMAGES_SAVE="${NODE_IMAGES_SAVE:-true}"
+RECIPE_LABEL=io.capdmp.node-images.recipe
+BIN_CACHE="${NODE_IMAGES_CACHE}/bin"
+IMAGE_CACHE="${NODE_IMAGES_CACHE}/images"
+
+# lb_image: the load balancer image CAPD's DockerCluster runs when spec.loadBalancer names none,
+# read from CAPD's source in the module cache so that it cannot drift from the CAPD in go.mod.
+lb_image() {
+  local dir const
+  dir="$(cd "${REPO_ROOT}" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api/test 2>/dev/null || true)"
+  const="${dir}/infrastructure/docker/internal/loadbalancer/const.go"
+  if [[ -f "${const}" ]]; then
+    local repo image tag
+    repo="$(sed -n 's/.*DefaultImageRepository = "\(.*\)"/\1/p' "${const}")"
+    image="$(sed -n 's/.*\bImage = "\(.*\)"/\1/p' "${const}")"
+    tag="$(sed -n 's/.*DefaultImageTag = "\(.*\)"/\1/p' "${const}")"
+    echo "${repo}/${image}:${tag}"
+  else
+    echo "kindest/haproxy:v20230606-42a2262b" # CAPD v1.14.2
+  fi
+}
+
+# recipe_hash: everything that decides the images' content besides the cached inputs' own keys.
+recipe_hash() {
+  {
+    (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' -print0 | sort -z | xargs -0 sha256sum)
+    sha256sum "${REPO_ROOT}/hack/runc-wrapper" | cut -d' ' -f1
+    echo "${CRICTL_VERSION} ${NODE_IMAGES_COREDNS} $(go version)"
+  } | sha256sum | cut -c1-12
+}
+
+ensure_docker() {
+  if ! docker version >/dev/null 2>&1; then
+    eval "$("${REPO_ROOT}/hack/docker-engine.sh" start)"
+    export DOCKER_HOST
+  fi
+}
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+image_recipe() { docker image inspect -f "{{ index .Config.Labels \"${RECIPE_LABEL}\" }}" "$1" 2>/dev/null || true; }
+
+# cached_go_binary NAME KEY BUILDER ARGS...: DST = ${BIN_CACHE}/NAME-KEY, built once.
+cached_go_binary() {
+  local name="$1" key="$2"; shift 2
+  local dst="${BIN_CACHE}/${name}-${key}"
+  if [[ ! -x "${dst}" ]]; then
+    mkdir -p "${BIN_CACHE}"
+    step "${name}: build (${key})" "$@" "${dst}" >&2
+  fi
+  echo "${dst}"
+}
+
+build_crictl() {
+  local dst="$1" gobin; gobin="$(mktemp -d)"
+  CGO_ENABLED=0 GOBIN="${gobin}" nice -n 19 go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=${CRICTL_VERSION}" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@${CRICTL_VERSION}"
+  mv "${gobin}/crictl" "${dst}"; rm -rf "${gobin}"
+}
+build_pause() {
+  (cd "${NODE_IMAGES_DIR}" && CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "-s -w" -o "$1" ./cmd/pause)
+}
+build_etcd() { build_go_tool "$2" "go.etcd.io/etcd/server/v3@$1" go.etcd.io/etcd/server/v3; }
+build_coredns() { build_go_tool "$2" "github.com/coredns/coredns@$1" github.com/coredns/coredns; }
+
+go_tools_hash() { { declare -f build_go_tool build_crictl build_pause build_etcd build_coredns; go version; } | sha256sum | cut -c1-12; }
+
+# --- images -------------------------------------------------------------------------------------
+
+# docker_build TAG CONTEXT: builds CONTEXT/Dockerfile, never pulling (every FROM is local).
+docker_build() { docker build --pull=false --label "${RECIPE_LABEL}=${RECIPE}" -t "$1" "$2"; }
+
+rootfs_image() {
+  local tar="$1" tag; tag="capdmp/node-rootfs:$(basename "${tar}" .tar | sed 's/^rootfs-//')"
+  if ! image_exists "${tag}"; then
+    step "import root filesystem as ${tag}" docker import "${tar}" "${tag}"
+  fi
+  echo "${tag}"
+}
+
+build_base_image() {
+  local rootfs="$1" tag="$2" ctx; ctx="$(mktemp -d)"
+  cp -a "${NODE_IMAGES_DIR}/node" "${ctx}/node"
+  cp "${REPO_ROOT}/hack/runc-wrapper" "${ctx}/runc-wrapper"
+  cat >"${ctx}/Dockerfile" <<DOCKERFILE
+FROM ${rootfs}
+COPY node/entrypoint node/capdmp-cni /usr/local/bin/
+COPY runc-wrapper /usr/local/sbin/runc-capdmp
+COPY node/kubelet.service node/capdmp-cni.service /etc/systemd/system/
+COPY node/10-kubeadm.conf /etc/systemd/system/kubelet.service.d/10-kubeadm.conf
+COPY node/containerd-config.toml /etc/containerd/config.toml
+COPY node/crictl.yaml /etc/crictl.yaml
+COPY node/collect-files.sh /usr/local/share/capdmp/collect-files.sh
+# systemd in a container, as kind's base image prepares it: no udev, getty, kernel log, or
+# units that expect a machine; containerd, the kubelet and the pod network enabled.
+RUN set -eux; \
+    find /lib/systemd/system/sysinit.target.wants/ -name systemd-tmpfiles-setup.service -delete; \
+    rm -f /lib/systemd/system/multi-user.target.wants/* /etc/systemd/system/*.wants/* \
+      /lib/systemd/system/local-fs.target.wants/* /lib/systemd/system/sockets.target.wants/*udev* \
+      /lib/systemd/system/sockets.target.wants/*initctl* /lib/systemd/system/basic.target.wants/*; \
+    echo "ReadKMsg=no" >>/etc/systemd/journald.conf; \
+    systemctl mask getty@tty1.service systemd-udevd.service systemd-modules-load.service \
+      systemd-remount-fs.service sys-kernel-debug.mount sys-kernel-tracing.mount; \
+    systemctl enable containerd.service kubelet.service capdmp-cni.service; \
+    systemctl set-default multi-user.target; \
+    mkdir -p /opt/cni /etc/cni/net.d /kind /etc/kubernetes/manifests; ln -s /usr/lib/cni /opt/cni/bin; \
+    chmod 0755 /usr/local/sbin/runc-capdmp
+ENV container=docker
+STOPSIGNAL SIGRTMIN+3
+ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
+DOCKERFILE
+  docker_build "${tag}" "${ctx}"
+  rm -rf "${ctx}"
+}
+
+# component_image TAG BINARY [NAME]: FROM scratch image of one static binary in /usr/local/bin.
+component_image() {
+  local tag="$1" bin="$2" name="${3:-$(basename "$2")}" ctx; ctx="$(mktemp -d)"
+  cp "${bin}" "${ctx}/${name}"
+  cat >"${ctx}/Dockerfile" <<DOCKERFILE
+FROM scratch
+COPY ${name} /usr/local/bin/${name}
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENTRYPOINT ["/usr/local/bin/${name}"]
+DOCKERFILE
+  docker_build "${tag}" "${ctx}"
+  rm -rf "${ctx}"
+}
+
+# kube_proxy_image TAG BINARY BASE: kube-proxy plus iptables (nft), nft and conntrack with their
+# libraries, taken from the node's root filesystem.
+kube_proxy_image() {
+  local tag="$1" bin="$2" base="$3" ctx; ctx="$(mktemp -d)"
+  cp "${bin}" "${ctx}/kube-proxy"
+  cat >"${ctx}/Dockerfile" <<DOCKERFILE
+FROM ${base} AS tools
+RUN set -eux; mkdir /out; \
+    /usr/local/share/capdmp/collect-files.sh /out /usr/sbin/xtables-nft-multi /usr/sbin/nft \
+      /usr/sbin/conntrack /usr/lib/x86_64-linux-gnu/xtables/*.so; \
+    cp -L --parents /etc/protocols /etc/services /etc/ethertypes /out/; \
+    cd /out/usr/sbin; \
+    for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do \
+      ln -s xtables-nft-multi "\$n"; ln -s xtables-nft-multi "\${n%%-*}-nft\${n#\${n%%-*}}"; \
+    done; \
+    mkdir -p /out/run /out/tmp
+FROM scratch
+COPY --from=tools /out/ /
+COPY kube-proxy /usr/local/bin/kube-proxy
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENTRYPOINT ["/usr/local/bin/kube-proxy"]
+DOCKERFILE
+  docker_build "${tag}" "${ctx}"
+  rm -rf "${ctx}"
+}
+
+# lb_image_build TAG BASE: haproxy from Debian (2.6) with its libraries, busybox for the mkdir,
+# cp and cat CAPD runs in it to write and read back its configuration, FROM scratch.
+lb_image_build() {
+  local tag="$1" base="$2" ctx; ctx="$(mktemp -d)"
+  mkdir -p "${ctx}/debs"
+  (cd "${ctx}/debs" && apt-get download haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1 busybox-static)
+  cat >"${ctx}/haproxy.cfg" <<'CFG'
+# Default configuration of CAPDMP's load balancer image. CAPD writes its own configuration here
+# once control-plane nodes exist, then sends SIGHUP (haproxy -W reloads on it).
+global
+  log stdout format raw local0
+  maxconn 100000
+
+defaults
+  log global
+  mode tcp
+  timeout connect 5s
+  timeout client 50s
+  timeout server 50s
+
+frontend stats
+  mode http
+  bind *:8404
+  stats enable
+  stats uri /stats
+CFG
+  cat >"${ctx}/Dockerfile" <<DOCKERFILE
+FROM ${base} AS tools
+COPY debs/ /debs/
+COPY haproxy.cfg /haproxy.cfg
+RUN set -eux; mkdir /pkgs /out; for d in /debs/*.deb; do dpkg-deb -x "\$d" /pkgs; done; \
+    cp -a /pkgs/usr/. /usr/; \
+    /usr/local/share/capdmp/collect-files.sh /out /usr/sbin/haproxy; \
+    install -D -m 0755 /pkgs/bin/busybox /out/bin/busybox; \
+    for a in sh mkdir cp cat ls rm mv kill ps; do ln -s busybox "/out/bin/\$a"; done; \
+    install -D -m 0644 /haproxy.cfg /out/usr/local/etc/haproxy/haproxy.cfg; \
+    mkdir -p /out/run /out/tmp /out/var/lib/haproxy
+FROM scratch
+COPY --from=tools /out/ /
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENTRYPOINT ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
+DOCKERFILE
+  docker_build "${tag}" "${ctx}"
+  rm -rf "${ctx}"
+}
+
+# preload NODE_TAG BUILD_TAG IMAGES...: imports IMAGES into the node's containerd the way kind
+# does (ctr import --no-unpack in a build container), then commits the result as NODE_TAG.
+preload() {
+  local node="$1" build="$2"; shift 2
+  local cid
+  cid="$(docker run -d --pull=never --privileged --tmpfs /run --tmpfs /tmp --entrypoint /bin/sleep "${build}" infinity)"
+  # shellcheck disable=SC2064
+  trap "docker rm -f ${cid} >/dev/null 2>&1 || true" RETURN
+  docker exec -d "${cid}" containerd
+  local i
+  for i in $(seq 1 60); do
+    docker exec "${cid}" ctr version >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  docker save "$@" | docker exec -i "${cid}" ctr -n k8s.io images import --no-unpack --all-platforms \
+    --digests --label=io.cri-containerd.pinned=pinned -
+  local listed missing=()
+  listed="$(docker exec "${cid}" ctr -n k8s.io images ls -q)"
+  for i in "$@"; do grep -qx "${i}" <<<"${listed}" || missing+=("${i}"); done
+  ((${#missing[@]} == 0)) || { echo "not in the node's containerd: ${missing[*]}" >&2; return 1; }
+  docker exec "${cid}" sh -c 'kill $(pgrep -x containerd); while pgrep -x containerd >/dev/null; do sleep 0.2; done'
+  docker commit \
+    --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
+    --change "LABEL ${RECIPE_LABEL}=${RECIPE}" "${cid}" "${node}" >/dev/null
+}
+
+# save_image IMAGE FILE: keeps IMAGE in the cache; older files for the same image are removed.
+save_image() {
+  local image="$1" file="$2"
+  [[ "${NODE_IMAGES_SAVE}" == "true" ]] || return 0
+  rm -f "${file%-*}"-*.tar
+  docker save -o "${file}.tmp" "${image}"
+  mv "${file}.tmp" "${file}"
+}
+
+# use_cached IMAGE FILE: true if IMAGE is in Docker for this recipe, loading FILE if needed.
+use_cached() {
+  local image="$1" file="$2"
+  if [[ "$(image_recipe "${image}")" == "${RECIPE}" ]]; then
+    log "${image}: up to date in Docker (recipe ${RECIPE})"
+    return 0
+  fi
+  if [[ -f "${file}" ]]; then
+    step "${image}: docker load from cache" docker load -i "${file}"
+    [[ "$(image_recipe "${image}")" == "${RECIPE}" ]] && return 0
+  fi
+  return 1
+}
+
+kubeadm_images() { "$1" config images list --kubernetes-version "$2"; }
+
+build_lb() {
+  local lb; lb="$(lb_image)"
+  local file="${IMAGE_CACHE}/$(tr '/:' '__' <<<"${lb}")-${RECIPE}.tar"
+  use_cached "${lb}" "${file}" && return 0
+  step "load balancer image ${lb}" lb_image_build "${lb}" "${BASE_IMAGE}"
+  step "${lb}: save to cache" save_image "${lb}" "${file}"
+}
+
+build_version() {
+  local v="$1"
+  local node="kindest/node:${v}"
+  local file="${IMAGE_CACHE}/kindest_node_${v}-${RECIPE}.tar"
+  use_cached "${node}" "${file}" && return 0
+
+  local bin; bin="$(kube_binaries "${v}")"
+  local images; images="$(kubeadm_images "${bin}/kubeadm" "${v}")"
+  local preload_images=() pause_image="" ref name tag
+  while read -r ref; do
+    name="${ref%:*}"; tag="${ref##*:}"
+    case "${name##*/}" in
+      kube-apiserver | kube-controller-manager | kube-scheduler)
+        step "${ref}: image" component_image "${ref}" "${bin}/${name##*/}" ;;
+      kube-proxy)
+        step "${ref}: image" kube_proxy_image "${ref}" "${bin}/kube-proxy" "${BASE_IMAGE}" ;;
+      etcd)
+        local etcd; etcd="$(cached_go_binary "etcd-v${tag%-*}" "$(go_tools_hash)" build_etcd "v${tag%-*}")"
+        step "${ref}: image" component_image "${ref}" "${etcd}" etcd ;;
+      pause)
+        pause_image="${ref}"
+        step "${ref}: image" component_image "${ref}" "${PAUSE_BIN}" pause ;;
+      coredns)
+        if [[ "${NODE_IMAGES_COREDNS}" != "true" ]]; then log "${ref}: skipped (NODE_IMAGES_COREDNS=false)"; continue; fi
+        local coredns; coredns="$(cached_go_binary "coredns-${tag}" "$(go_tools_hash)" build_coredns "${tag}")"
+        step "${ref}: image" component_image "${ref}" "${coredns}" coredns ;;
+      *) die "kubeadm ${v} names an image this recipe does not know: ${ref}" ;;
+    esac
+    preload_images+=("${ref}")
+  done <<<"${images}"
+  [[ -n "${pause_image}" ]] || die "kubeadm ${v} names no pause image"
+
+  local ctx; ctx="$(mktemp -d)"
+  cp "${bin}/kubelet" "${bin}/kubeadm" "${bin}/kubectl" "${CRICTL_BIN}" "${ctx}/"
+  cat >"${ctx}/Dockerfile" <<DOCKERFILE
+FROM ${BASE_IMAGE}
+COPY kubelet kubeadm kubectl $(basename "${CRICTL_BIN}") /usr/bin/
+RUN set -eux; mv /usr/bin/$(basename "${CRICTL_BIN}") /usr/bin/crictl; \
+    sed -i "s|@PAUSE_IMAGE@|${pause_image}|" /etc/containerd/config.toml; \
+    echo "${v}" >/kind/version
+DOCKERFILE
+  local build="capdmp/node-build:${v}"
+  step "${node}: node layer (kubelet, kubeadm, kubectl, crictl)" docker_build "${build}" "${ctx}"
+  rm -rf "${ctx}"
+  step "${node}: preload ${#preload_images[@]} images into containerd and commit" preload "${node}" "${build}" "${preload_images[@]}"
+  docker rmi "${build}" "${preload_images[@]}" >/dev/null 2>&1 || true
+  step "${node}: save to cache" save_image "${node}" "${file}"
+}
+
+build_all() {
+  local start=${SECONDS}
+  RECIPE="$(recipe_hash)"
+  log "recipe ${RECIPE}; versions: ${VERSIONS[*]}; cache: ${NODE_IMAGES_CACHE}"
+  mkdir -p "${IMAGE_CACHE}" "${BIN_CACHE}"
+  ensure_docker
+  # Cheap and shared by every version.
+  CRICTL_BIN="$(cached_go_binary "crictl-${CRICTL_VERSION}" "$(go_tools_hash)" build_crictl)"
+  PAUSE_BIN="$(cached_go_binary pause "$(go_tools_hash)-$(sha256sum "${NODE_IMAGES_DIR}/cmd/pause/main.go" | cut -c1-8)" build_pause)"
+  local rootfs_tar; rootfs_tar="$(main_rootfs)"
+  local rootfs; rootfs="$(rootfs_image "${rootfs_tar}")"
+  BASE_IMAGE="capdmp/node-base:${RECIPE}"
+  if ! image_exists "${BASE_IMAGE}"; then
+    step "node base image ${BASE_IMAGE}" build_base_image "${rootfs}" "${BASE_IMAGE}"
+  fi
+  build_lb
+  local v
+  for v in "${VERSIONS[@]}"; do build_version "${v}"; done
+  log "done in $((SECONDS - start))s: $(printf 'kindest/node:%s ' "${VERSIONS[@]}")$(lb_image)"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then build_all; fi

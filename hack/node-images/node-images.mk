@@ -1,0 +1,32 @@
+# Node images built from source, for machines where no image registry can be reached
+# (docs/node-images.md). Included by the Makefile; every target here is niced, the machine is shared.
+#
+#   make node-images                       kindest/node:<v> for each NODE_IMAGE_VERSIONS, and CAPD's
+#                                          haproxy load-balancer image; cached outside the clone
+#   make node-images NODE_IMAGE_VERSIONS=v1.36.3
+#   make node-images-binaries              only the Kubernetes binaries (no Docker needed)
+#   make test-realnode                     smoke test: control plane + worker + pod per version
+#   make node-images-clean                 remove the cache folder (not the images in Docker)
+
+NODE_IMAGE_VERSIONS ?= v1.35.4 v1.36.3 v1.37.2
+CAPDMP_CACHE ?= $(HOME)/.cache/capdmp
+NODE_IMAGES_NICE ?= nice -n 19
+NODE_IMAGES_ENV = CAPDMP_CACHE="$(CAPDMP_CACHE)" NODE_IMAGE_VERSIONS="$(NODE_IMAGE_VERSIONS)"
+REALNODE_TEST_TIMEOUT ?= 45m
+
+.PHONY: node-images node-images-binaries node-images-clean test-realnode
+
+node-images: ## Build kindest/node:<version> images and CAPD's haproxy image from source (cached)
+	$(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/build.sh $(NODE_IMAGE_VERSIONS)
+
+node-images-binaries: ## Build only the static Kubernetes binaries of NODE_IMAGE_VERSIONS (cached)
+	@for v in $(NODE_IMAGE_VERSIONS); do \
+	  $(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/kube-binaries.sh $$v || exit 1; \
+	done
+
+test-realnode: node-images ## Smoke test of the node images (build tag e2e_local): kubeadm init, join, pod
+	eval "$$(hack/docker-engine.sh start)" && $(NODE_IMAGES_ENV) \
+	  $(NODE_IMAGES_NICE) go test -tags e2e_local -count=1 -timeout $(REALNODE_TEST_TIMEOUT) -v ./test/realnode/...
+
+node-images-clean: ## Remove the node-images cache folder
+	rm -rf "$(CAPDMP_CACHE)/node-images"
