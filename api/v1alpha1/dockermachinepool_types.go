@@ -32,7 +32,8 @@ type DockerMachinePoolMachineTemplate struct {
 	ExtraMounts []Mount `json:"extraMounts,omitempty"`
 
 	// bootstrapTimeout bounds the bootstrap of one container; a container that has not finished
-	// by then is reported as failed and replaced. Defaults to 3m.
+	// by then is reported as failed (BootstrapFailed) until a MachineHealthCheck or a user deletes
+	// its Machine. Defaults to 3m.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="bootstrapTimeout must be greater than zero"
@@ -149,13 +150,19 @@ type DockerMachinePoolVersionGateStatus struct {
 	// +kubebuilder:validation:MaxLength=256
 	AdmittedVersion string `json:"admittedVersion,omitempty"`
 
+	// admittedImage is the image of admittedVersion.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	AdmittedImage string `json:"admittedImage,omitempty"`
+
 	// waitingReason is the gate's reason while it waits (ControlPlaneOlder, TooOld,
 	// VersionMismatch, ControlPlaneUnknown, InvalidVersion); empty when it admits targetVersion.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	WaitingReason string `json:"waitingReason,omitempty"`
 
-	// waitingSince is when the current wait began.
+	// waitingSince is when the current pause began; it stays set after the gate re-opens until a
+	// container was created with bootstrap data newer than the pause.
 	// +optional
 	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
 
