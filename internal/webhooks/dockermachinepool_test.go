@@ -1,0 +1,213 @@
+package webhooks
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+)
+
+const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func poolWith(template infrav1.DockerMachinePoolMachineTemplate) *infrav1.DockerMachinePool {
+	return &infrav1.DockerMachinePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "default"},
+		Spec:       infrav1.DockerMachinePoolSpec{Template: template},
+	}
+}
+
+func TestDockerMachinePoolDefault(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout *metav1.Duration
+		want    time.Duration
+	}{
+		{name: "empty bootstrapTimeout defaults to 3m", timeout: nil, want: 3 * time.Minute},
+		{name: "bootstrapTimeout set is kept", timeout: &metav1.Duration{Duration: 10 * time.Minute}, want: 10 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			pool := poolWith(infrav1.DockerMachinePoolMachineTemplate{BootstrapTimeout: tt.timeout})
+			g.Expect((&DockerMachinePool{}).Default(context.Background(), pool)).To(Succeed())
+			g.Expect(pool.Spec.Template.BootstrapTimeout).ToNot(BeNil())
+			g.Expect(pool.Spec.Template.BootstrapTimeout.Duration).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestDockerMachinePoolValidateCreate(t *testing.T) {
+	tests := []struct {
+		name         string
+		template     infrav1.DockerMachinePoolMachineTemplate
+		wantErrs     []string // substrings of the error, field paths first
+		wantWarnings []string
+	}{
+		{
+			name:     "empty template",
+			template: infrav1.DockerMachinePoolMachineTemplate{},
+		},
+		{
+			name:     "customImage tagged with a version",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:v1.35.0"},
+		},
+		{
+			name:     "customImage with registry port, version tag and digest",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "localhost:5000/kindest/node:v1.35.0@" + testDigest},
+		},
+		{
+			name:     "customImage with a tag that is not a version",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:latest"},
+			wantErrs: []string{`spec.template.customImage: Invalid value: "kindest/node:latest"`, "version-skew gate"},
+		},
+		{
+			name:     "customImage without a tag",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node"},
+			wantErrs: []string{"spec.template.customImage", "has no tag"},
+		},
+		{
+			name:     "customImage whose registry port is not a tag",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "localhost:5000/kindest/node"},
+			wantErrs: []string{"spec.template.customImage", "has no tag"},
+		},
+		{
+			name:     "customImage pinned by digest only",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node@" + testDigest},
+			wantErrs: []string{"spec.template.customImage"},
+		},
+		{
+			name: "preLoadImages are image references",
+			template: infrav1.DockerMachinePoolMachineTemplate{PreLoadImages: []string{
+				"nginx:1.27", "registry.k8s.io/pause:3.10", "busybox@" + testDigest, "localhost:5000/app",
+			}},
+		},
+		{
+			name: "preLoadImages entries that are not image references",
+			template: infrav1.DockerMachinePoolMachineTemplate{PreLoadImages: []string{
+				"nginx:1.27", "Registry/UPPER:1", "nginx:bad tag",
+			}},
+			wantErrs: []string{
+				`spec.template.preLoadImages[1]: Invalid value: "Registry/UPPER:1"`,
+				`spec.template.preLoadImages[2]: Invalid value: "nginx:bad tag"`,
+			},
+		},
+		{
+			name: "preLoadImages naming one image twice warn",
+			template: infrav1.DockerMachinePoolMachineTemplate{PreLoadImages: []string{
+				"nginx", "docker.io/library/nginx:latest",
+			}},
+			wantWarnings: []string{"spec.template.preLoadImages[1]", "spec.template.preLoadImages[0]"},
+		},
+		{
+			name: "extraMounts with distinct container paths",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/data", HostPath: "/srv/data"},
+				{ContainerPath: "/data/cache", HostPath: "/srv/cache", ReadOnly: true},
+			}},
+		},
+		{
+			name: "extraMounts with one container path twice",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/data", HostPath: "/srv/a"},
+				{ContainerPath: "/cache", HostPath: "/srv/b"},
+				{ContainerPath: "/data/", HostPath: "/srv/c"},
+			}},
+			wantErrs: []string{`spec.template.extraMounts[2].containerPath: Duplicate value: "/data/"`, "spec.template.extraMounts[0].containerPath"},
+		},
+		{
+			name: "every error is reported at once",
+			template: infrav1.DockerMachinePoolMachineTemplate{
+				CustomImage:   "kindest/node:main",
+				PreLoadImages: []string{"::"},
+				ExtraMounts:   []infrav1.Mount{{ContainerPath: "/a", HostPath: "/x"}, {ContainerPath: "/a", HostPath: "/y"}},
+			},
+			wantErrs: []string{"spec.template.customImage", "spec.template.preLoadImages[0]", "spec.template.extraMounts[1].containerPath"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			warnings, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), poolWith(tt.template))
+			expectInvalid(g, err, tt.wantErrs)
+			expectWarnings(g, warnings, tt.wantWarnings)
+		})
+	}
+}
+
+func TestDockerMachinePoolValidateUpdate(t *testing.T) {
+	valid := infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:v1.34.1"}
+	invalid := infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:latest"}
+
+	tests := []struct {
+		name     string
+		old, new infrav1.DockerMachinePoolMachineTemplate
+		wantErrs []string
+	}{
+		{
+			name: "the template may change (pools roll out in place)",
+			old:  valid,
+			new:  infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:v1.35.0"},
+		},
+		{
+			name:     "a changed template is validated",
+			old:      valid,
+			new:      invalid,
+			wantErrs: []string{"spec.template.customImage"},
+		},
+		{
+			name: "an unchanged template admitted before a rule existed does not block other updates",
+			old:  invalid,
+			new:  invalid,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			oldPool := poolWith(tt.old)
+			newPool := poolWith(tt.new)
+			newPool.Spec.ProviderIDList = []string{"docker:////pool-abcde"}
+			warnings, err := (&DockerMachinePool{}).ValidateUpdate(context.Background(), oldPool, newPool)
+			expectInvalid(g, err, tt.wantErrs)
+			g.Expect(warnings).To(BeEmpty())
+		})
+	}
+}
+
+func TestDockerMachinePoolValidateDelete(t *testing.T) {
+	g := NewWithT(t)
+	warnings, err := (&DockerMachinePool{}).ValidateDelete(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{CustomImage: "x:latest"}))
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(warnings).To(BeEmpty())
+}
+
+// expectInvalid checks that err is nil when no errors are wanted, else an Invalid error whose
+// message contains every wanted substring.
+func expectInvalid(g Gomega, err error, wantErrs []string) {
+	if len(wantErrs) == 0 {
+		g.ExpectWithOffset(1, err).ToNot(HaveOccurred())
+		return
+	}
+	g.ExpectWithOffset(1, err).To(HaveOccurred())
+	g.ExpectWithOffset(1, apierrors.IsInvalid(err)).To(BeTrue(), "expected an Invalid error, got %v", err)
+	for _, want := range wantErrs {
+		g.ExpectWithOffset(1, err.Error()).To(ContainSubstring(want))
+	}
+}
+
+// expectWarnings checks that there are warnings exactly when some are wanted, and that they
+// contain every wanted substring.
+func expectWarnings(g Gomega, warnings []string, wantWarnings []string) {
+	if len(wantWarnings) == 0 {
+		g.ExpectWithOffset(1, warnings).To(BeEmpty())
+		return
+	}
+	g.ExpectWithOffset(1, warnings).ToNot(BeEmpty())
+	for _, want := range wantWarnings {
+		g.ExpectWithOffset(1, warnings).To(ContainElement(ContainSubstring(want)))
+	}
+}

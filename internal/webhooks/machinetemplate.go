@@ -1,0 +1,77 @@
+package webhooks
+
+import (
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/distribution/reference"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// DefaultBootstrapTimeout is the bootstrap timeout of a container when spec.template.bootstrapTimeout
+// is empty. A kind-like node needs well under a minute to join; three minutes leave room for a busy
+// Docker host without keeping a broken container around for long.
+const DefaultBootstrapTimeout = 3 * time.Minute
+
+// defaultMachineTemplate fills the empty fields of the containers' template.
+func defaultMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate) {
+	if template.BootstrapTimeout == nil {
+		template.BootstrapTimeout = &metav1.Duration{Duration: DefaultBootstrapTimeout}
+	}
+}
+
+// validateMachineTemplate checks what the CRD schema cannot check statically. It returns errors
+// with their field paths and warnings for what is allowed but probably a mistake.
+func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate, fldPath *field.Path) (field.ErrorList, []string) {
+	var allErrs field.ErrorList
+	var warnings []string
+
+	if template.CustomImage != "" {
+		// The gate reads the pool's target version from this tag with the same function, so an
+		// image accepted here is always one the gate can read.
+		if _, err := skew.VersionFromImageTag(template.CustomImage); err != nil {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("customImage"), template.CustomImage,
+				fmt.Sprintf("must be tagged with the Kubernetes version it runs, as in kindest/node:v1.35.0, because the version-skew gate reads the version from the tag: %v", err)))
+		}
+	}
+
+	seenImages := make(map[string]int, len(template.PreLoadImages))
+	for i, image := range template.PreLoadImages {
+		imgPath := fldPath.Child("preLoadImages").Index(i)
+		named, err := reference.ParseNormalizedNamed(image)
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(imgPath, image,
+				fmt.Sprintf("must be an image reference such as registry.example/app:v1 or app@sha256:<digest>: %v", err)))
+			continue
+		}
+		canonical := reference.TagNameOnly(named).String()
+		if first, ok := seenImages[canonical]; ok {
+			warnings = append(warnings, fmt.Sprintf("%s: %q is the same image as %s and is loaded only once",
+				imgPath, image, fldPath.Child("preLoadImages").Index(first)))
+			continue
+		}
+		seenImages[canonical] = i
+	}
+
+	seenPaths := make(map[string]int, len(template.ExtraMounts))
+	for i, mount := range template.ExtraMounts {
+		mountPath := fldPath.Child("extraMounts").Index(i).Child("containerPath")
+		// Docker refuses two mounts on one mount point however the path is spelled.
+		cleaned := path.Clean(mount.ContainerPath)
+		if first, ok := seenPaths[cleaned]; ok {
+			duplicate := field.Duplicate(mountPath, mount.ContainerPath)
+			duplicate.Detail = fmt.Sprintf("%s mounts the same container path; Docker mounts each path once",
+				fldPath.Child("extraMounts").Index(first).Child("containerPath"))
+			allErrs = append(allErrs, duplicate)
+			continue
+		}
+		seenPaths[cleaned] = i
+	}
+
+	return allErrs, warnings
+}
