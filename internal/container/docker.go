@@ -25,9 +25,9 @@ const (
 	// node containers talk to each other and to the host, never to the internet.
 	masqueradeOption = "com.docker.network.bridge.enable_ip_masquerade"
 
-	// maxExecOutput bounds what is kept of each output stream of a command, so that a chatty
+	// MaxExecOutput bounds what Exec keeps of each output stream of a command, so that a chatty
 	// command cannot fill the controller's memory. The tail beyond is dropped.
-	maxExecOutput = 1 << 20
+	MaxExecOutput = 1 << 20
 )
 
 // predefinedNetworks exist on every engine and cannot be created.
@@ -254,7 +254,7 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 		}()
 	}
 
-	stdout, stderr := &cappedBuffer{max: maxExecOutput}, &cappedBuffer{max: maxExecOutput}
+	stdout, stderr := &cappedBuffer{max: MaxExecOutput}, &cappedBuffer{max: MaxExecOutput}
 	if _, err := stdcopy.StdCopy(stdout, stderr, attached.Reader); err != nil {
 		if ctx.Err() != nil {
 			return ExecResult{}, fmt.Errorf("failed to read output of %q in container %q: %w", cmd[0], containerName, ctx.Err())

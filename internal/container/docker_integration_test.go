@@ -1,84 +1,22 @@
-package container
+package container_test
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/container/containertest"
 )
 
-// testImage is a 2 MB shell image built by the test from Debian's busybox-static; nothing is
-// ever pulled.
-const testImage = "capdmp.local/busybox:test"
-
-// engineForTest returns a Runtime for the engine of hack/docker-engine.sh (or DOCKER_HOST). With
-// no engine it skips, except under CI=true where a missing engine is a failure.
-func engineForTest(t *testing.T) *Docker {
-	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Docker engine required under CI=true: "+format, args...)
-		}
-		t.Skipf("no Docker engine (start one with hack/docker-engine.sh start): "+format, args...)
-	}
-	if os.Getenv("DOCKER_HOST") == "" {
-		// The documented way to find the engine this repository's scripts started.
-		out, err := exec.Command("../../hack/docker-engine.sh", "env").Output()
-		if err != nil {
-			unavailable("hack/docker-engine.sh env: %v", err)
-		}
-		host := strings.TrimPrefix(strings.TrimSpace(string(out)), "export DOCKER_HOST=")
-		t.Setenv("DOCKER_HOST", host)
-	}
-	d, err := NewDocker()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	version, err := d.Ping(ctx)
-	if err != nil {
-		unavailable("%v", err)
-	}
-	t.Logf("Docker engine at %s, API %s", os.Getenv("DOCKER_HOST"), version)
-	return d
-}
-
-// ensureTestImage builds testImage unless it exists: FROM scratch plus a static busybox and its
-// applet links.
-func ensureTestImage(t *testing.T, d *Docker) {
-	t.Helper()
-	g := NewWithT(t)
-	exists, err := d.ImageExists(context.Background(), testImage)
-	g.Expect(err).ToNot(HaveOccurred())
-	if exists {
-		return
-	}
-	busybox, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Fatalf("busybox (Debian's busybox-static) is needed to build %s: %v", testImage, err)
-	}
-	dir := t.TempDir()
-	content, err := os.ReadFile(busybox)
-	g.Expect(err).ToNot(HaveOccurred())
-	g.Expect(os.WriteFile(filepath.Join(dir, "busybox"), content, 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(
-		"FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n"), 0o600)).To(Succeed())
-	cmd := exec.Command("docker", "build", "--pull=false", "-t", testImage, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	out, err := cmd.CombinedOutput()
-	g.Expect(err).ToNot(HaveOccurred(), "docker build: %s", out)
-}
+const testImage = containertest.BusyboxImage
 
 func randomSuffix(t *testing.T) string {
 	b := make([]byte, 4)
@@ -89,8 +27,8 @@ func randomSuffix(t *testing.T) string {
 }
 
 func TestDockerIntegration(t *testing.T) {
-	d := engineForTest(t)
-	ensureTestImage(t, d)
+	d := containertest.Engine(t)
+	containertest.EnsureBusyboxImage(t, d)
 	ctx := context.Background()
 
 	run := randomSuffix(t)
@@ -110,27 +48,27 @@ func TestDockerIntegration(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(d.EnsureNetwork(ctx, network)).To(Succeed())
 	g.Expect(d.EnsureNetwork(ctx, network)).To(Succeed(), "EnsureNetwork is idempotent")
-	g.Expect(d.EnsureNetwork(ctx, HostNetwork)).To(Succeed())
+	g.Expect(d.EnsureNetwork(ctx, container.HostNetwork)).To(Succeed())
 	out, err := exec.Command("docker", "network", "inspect", "-f", `{{.Driver}} {{index .Options "com.docker.network.bridge.enable_ip_masquerade"}}`, network).CombinedOutput()
 	g.Expect(err).ToNot(HaveOccurred(), string(out))
 	g.Expect(strings.TrimSpace(string(out))).To(Equal("bridge false"))
 
 	// nodeSpec is a kind node spec that a busybox image can run: the test host has no
 	// /lib/modules, and the bind would create it.
-	nodeSpec := func(n, network string, labels map[string]string) Spec {
-		spec := NodeSpec(NodeSpecInput{Name: n, Image: testImage, ClusterName: "c-" + run, Network: network, Labels: labels})
+	nodeSpec := func(n, network string, labels map[string]string) container.Spec {
+		spec := container.NodeSpec(container.NodeSpecInput{Name: n, Image: testImage, ClusterName: "c-" + run, Network: network, Labels: labels})
 		spec.Mounts = nil
 		spec.Cmd = []string{"/bin/sleep", "3600"}
 		return spec
 	}
 
-	var created []Container
+	var created []container.Container
 	t.Run("Create starts kind node containers on a user network and on the host network", func(t *testing.T) {
 		g := NewWithT(t)
-		for _, s := range []Spec{
+		for _, s := range []container.Spec{
 			nodeSpec(name("a"), network, map[string]string{"capdmp.test/run": run, "pool": "p1"}),
 			nodeSpec(name("b"), network, map[string]string{"capdmp.test/run": run, "pool": "p2"}),
-			nodeSpec(name("h"), HostNetwork, map[string]string{"capdmp.test/run": run, "pool": "host"}),
+			nodeSpec(name("h"), container.HostNetwork, map[string]string{"capdmp.test/run": run, "pool": "host"}),
 		} {
 			d.ResetCalls()
 			start := time.Now()
@@ -138,13 +76,13 @@ func TestDockerIntegration(t *testing.T) {
 			elapsed := time.Since(start)
 			g.Expect(err).ToNot(HaveOccurred())
 			t.Logf("Create %s (network %s): %v, calls %v", s.Name, s.Network, elapsed, d.Calls())
-			g.Expect(d.Calls()).To(Equal(CallCounts{"ImageInspect": 1, "ContainerCreate": 1, "ContainerStart": 1, "ContainerInspect": 1}))
+			g.Expect(d.Calls()).To(Equal(container.CallCounts{"ImageInspect": 1, "ContainerCreate": 1, "ContainerStart": 1, "ContainerInspect": 1}))
 			g.Expect(c.Name).To(Equal(s.Name))
 			g.Expect(c.Image).To(Equal(testImage))
 			g.Expect(c.Running).To(BeTrue())
 			g.Expect(c.Labels).To(HaveKeyWithValue("io.x-k8s.kind.role", "worker"))
 			g.Expect(c.CreatedAt).To(BeTemporally("~", time.Now(), time.Minute))
-			if s.Network == HostNetwork {
+			if s.Network == container.HostNetwork {
 				g.Expect(c.IPv4).To(BeEmpty())
 			} else {
 				g.Expect(c.IPv4).ToNot(BeEmpty())
@@ -168,10 +106,10 @@ func TestDockerIntegration(t *testing.T) {
 		g.Expect(strings.TrimSpace(string(out))).ToNot(Equal(name("h")), "on the host network the node has the host's name")
 	})
 
-	t.Run("Create with a name in use is ErrAlreadyExists", func(t *testing.T) {
+	t.Run("Create with a name in use is container.ErrAlreadyExists", func(t *testing.T) {
 		g := NewWithT(t)
 		_, err := d.Create(ctx, nodeSpec(name("a"), network, runLabel))
-		g.Expect(err).To(MatchError(ErrAlreadyExists))
+		g.Expect(err).To(MatchError(container.ErrAlreadyExists))
 	})
 
 	t.Run("Create with a missing image fails typed without pulling", func(t *testing.T) {
@@ -181,14 +119,14 @@ func TestDockerIntegration(t *testing.T) {
 		spec.Image = missing
 		d.ResetCalls()
 		_, err := d.Create(ctx, spec)
-		g.Expect(err).To(MatchError(ErrImageNotFound))
+		g.Expect(err).To(MatchError(container.ErrImageNotFound))
 		g.Expect(err.Error()).To(ContainSubstring(missing))
-		g.Expect(d.Calls()).To(Equal(CallCounts{"ImageInspect": 1}), "nothing but the image check may reach the engine")
+		g.Expect(d.Calls()).To(Equal(container.CallCounts{"ImageInspect": 1}), "nothing but the image check may reach the engine")
 		exists, err := d.ImageExists(ctx, missing)
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Expect(exists).To(BeFalse(), "the image must not have been pulled")
 		_, err = d.Inspect(ctx, name("missing"))
-		g.Expect(err).To(MatchError(ErrNotFound))
+		g.Expect(err).To(MatchError(container.ErrNotFound))
 	})
 
 	t.Run("List returns the containers having all labels", func(t *testing.T) {
@@ -196,7 +134,7 @@ func TestDockerIntegration(t *testing.T) {
 		d.ResetCalls()
 		all, err := d.List(ctx, runLabel)
 		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(d.Calls()).To(Equal(CallCounts{"ContainerList": 1}))
+		g.Expect(d.Calls()).To(Equal(container.CallCounts{"ContainerList": 1}))
 		g.Expect(names(all)).To(Equal([]string{name("a"), name("b"), name("h")}))
 		p1, err := d.List(ctx, map[string]string{"capdmp.test/run": run, "pool": "p1"})
 		g.Expect(err).ToNot(HaveOccurred())
@@ -250,8 +188,8 @@ func TestDockerIntegration(t *testing.T) {
 		res, err = d.Exec(ctx, name("a"), []string{"cat"}, bytes.NewReader(big))
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Expect(res.ExitCode).To(BeZero())
-		g.Expect(res.Stdout).To(HaveLen(maxExecOutput))
-		g.Expect(res.Stdout).To(Equal(big[:maxExecOutput]))
+		g.Expect(res.Stdout).To(HaveLen(container.MaxExecOutput))
+		g.Expect(res.Stdout).To(Equal(big[:container.MaxExecOutput]))
 
 		// A command that ignores its stdin still ends with its own exit code.
 		res, err = d.Exec(ctx, name("a"), []string{"/bin/sh", "-c", "exit 7"}, bytes.NewReader(big))
@@ -277,9 +215,9 @@ func TestDockerIntegration(t *testing.T) {
 	t.Run("Exec in a missing or stopped container is typed", func(t *testing.T) {
 		g := NewWithT(t)
 		_, err := d.Exec(ctx, name("missing"), []string{"true"}, nil)
-		g.Expect(err).To(MatchError(ErrNotFound))
+		g.Expect(err).To(MatchError(container.ErrNotFound))
 
-		spec := Spec{Name: name("exited"), Image: testImage, Labels: runLabel, Cmd: []string{"true"}}
+		spec := container.Spec{Name: name("exited"), Image: testImage, Labels: runLabel, Cmd: []string{"true"}}
 		_, err = d.Create(ctx, spec)
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Eventually(func(g Gomega) {
@@ -288,7 +226,7 @@ func TestDockerIntegration(t *testing.T) {
 			g.Expect(c.Running).To(BeFalse())
 		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 		_, err = d.Exec(ctx, name("exited"), []string{"true"}, nil)
-		g.Expect(err).To(MatchError(ErrNotRunning))
+		g.Expect(err).To(MatchError(container.ErrNotRunning))
 		listed, err := d.List(ctx, map[string]string{"capdmp.test/run": run})
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Expect(names(listed)).To(ContainElement(name("exited")), "List includes containers that do not run")
@@ -304,7 +242,7 @@ func TestDockerIntegration(t *testing.T) {
 		g.Expect(rc.Close()).To(Succeed())
 		g.Expect(buf.Len()).To(BeNumerically(">", 1<<20))
 		_, err = d.SaveImages(ctx, []string{testImage, "capdmp.local/does-not-exist:v0"})
-		g.Expect(err).To(MatchError(ErrImageNotFound))
+		g.Expect(err).To(MatchError(container.ErrImageNotFound))
 	})
 
 	t.Run("Delete removes containers and their anonymous volumes, twice is fine", func(t *testing.T) {
@@ -328,7 +266,7 @@ func TestDockerIntegration(t *testing.T) {
 	})
 }
 
-func names(cs []Container) []string {
+func names(cs []container.Container) []string {
 	out := make([]string, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.Name)
