@@ -1,0 +1,219 @@
+package bootstrap_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/blang/semver/v4"
+	. "github.com/onsi/gomega"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/cloudinit"
+	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/ignition"
+	kubeadmtypes "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types"
+
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/container/containertest"
+)
+
+// fakeKubeadm stands in for kubeadm in the busybox node: it records its arguments and the join
+// configuration it was given, and fails when /tmp/kubeadm-fail exists.
+const fakeKubeadm = `#!/bin/sh
+echo "$@" > /tmp/kubeadm-args
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--config" ]; then cp "$2" /tmp/kubeadm-config; fi
+  shift
+done
+if [ -f /tmp/kubeadm-fail ]; then echo "kubeadm failed" >&2; exit 1; fi
+`
+
+// TestCommandsRunInABusyboxNode runs the commands built from CABPK's cloud-config and Ignition in
+// a busybox container, to prove that they need nothing but POSIX sh and busybox's tools.
+func TestCommandsRunInABusyboxNode(t *testing.T) {
+	d := containertest.Engine(t)
+	containertest.EnsureBusyboxImage(t, d)
+	ctx := context.Background()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	run := hex.EncodeToString(b)
+	runLabel := map[string]string{"capdmp.test/run": run}
+	t.Cleanup(func() {
+		if cs, err := d.List(ctx, runLabel); err == nil {
+			for _, c := range cs {
+				_ = d.Delete(ctx, c.Name)
+			}
+		}
+	})
+
+	// newNode starts a busybox node with a kind node's mounts (tmpfs /run and /tmp, a /var
+	// volume), a fake kubeadm, and users for chown.
+	newNode := func(t *testing.T, name string) string {
+		t.Helper()
+		g := NewWithT(t)
+		spec := container.NodeSpec(container.NodeSpecInput{Name: "capdmp-bs-" + run + "-" + name, Image: containertest.BusyboxImage, ClusterName: "c", Labels: runLabel})
+		spec.Mounts = nil // the test host has no /lib/modules
+		spec.Cmd = []string{"sleep", "3600"}
+		c, err := d.Create(ctx, spec)
+		g.Expect(err).ToNot(HaveOccurred())
+		setup := `set -e
+mkdir -p /usr/bin /etc/capdmp
+cat > /usr/bin/kubeadm; chmod 0755 /usr/bin/kubeadm
+echo 'root:x:0:0:root:/root:/bin/sh' > /etc/passwd
+echo 'nobody:x:65534:65534:nobody:/:/bin/false' >> /etc/passwd
+printf 'root:x:0:\nnogroup:x:65534:\n' > /etc/group
+echo "first" > /etc/capdmp/appended`
+		res, err := d.Exec(ctx, c.Name, []string{"/bin/sh", "-c", setup}, strings.NewReader(fakeKubeadm))
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(res.ExitCode).To(BeZero(), string(res.Stderr))
+		return c.Name
+	}
+	sh := func(g Gomega, node, script string) string {
+		res, err := d.Exec(ctx, node, []string{"/bin/sh", "-c", script}, nil)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(res.ExitCode).To(BeZero(), "%s: %s", script, res.Stderr)
+		return string(res.Stdout)
+	}
+	state := func(g Gomega, node string) bootstrap.State {
+		check := bootstrap.SentinelCheck()
+		res, err := d.Exec(ctx, node, check.Argv, nil)
+		g.Expect(err).ToNot(HaveOccurred())
+		s, err := bootstrap.ParseSentinelCheck(res.ExitCode)
+		g.Expect(err).ToNot(HaveOccurred())
+		return s
+	}
+	// runAll runs the commands in order and stops at the first failure, as a controller does; it
+	// returns the index of the failed step, or -1.
+	runAll := func(t *testing.T, g Gomega, node string, cmds []bootstrap.Command) int {
+		t.Helper()
+		start := time.Now()
+		for i, c := range cmds {
+			var stdin *bytes.Reader
+			if c.Stdin != nil {
+				stdin = bytes.NewReader(c.Stdin)
+			}
+			var res container.ExecResult
+			var err error
+			if stdin != nil {
+				res, err = d.Exec(ctx, node, c.Argv, stdin)
+			} else {
+				res, err = d.Exec(ctx, node, c.Argv, nil)
+			}
+			g.Expect(err).ToNot(HaveOccurred(), c.Step)
+			if res.ExitCode != 0 {
+				t.Logf("step %q failed with exit code %d: %s", c.Step, res.ExitCode, res.Stderr)
+				return i
+			}
+		}
+		t.Logf("%d bootstrap steps in %v", len(cmds), time.Since(start))
+		return -1
+	}
+
+	version := semver.MustParse("1.36.3")
+	joinConfiguration := func(g Gomega) string {
+		jc := &bootstrapv1.JoinConfiguration{}
+		jc.Discovery.BootstrapToken = bootstrapv1.BootstrapTokenDiscovery{Token: "abcdef.0123456789abcdef", APIServerEndpoint: "172.18.0.2:6443", CACertHashes: []string{"sha256:00"}}
+		jc.NodeRegistration.Name = "{{ ds.meta_data.local_hostname }}"
+		s, err := kubeadmtypes.MarshalJoinConfigurationForVersion(jc, version)
+		g.Expect(err).ToNot(HaveOccurred())
+		return s
+	}
+	baseUserData := cloudinit.BaseUserData{
+		AdditionalFiles: []bootstrapv1.File{
+			{Path: "/etc/capdmp/plain.conf", Content: "plain text", Permissions: "0600"},
+			{Path: "/etc/capdmp/b64", Content: "ZGVjb2RlZA==", Encoding: bootstrapv1.Base64, Permissions: "0644"},
+			{Path: "/etc/capdmp/owned", Content: "owned", Owner: "nobody:nogroup", Permissions: "0640"},
+			{Path: "/etc/capdmp/appended", Content: "second", Append: ptr(true), Permissions: "0644"},
+			{Path: "/etc/capdmp/with 'quotes' and $dollar", Content: "odd path", Permissions: "0644"},
+		},
+		PreKubeadmCommands:  []string{`echo "pre $(hostname)" > /tmp/pre`},
+		PostKubeadmCommands: []string{"echo post > /tmp/post"},
+		KubernetesVersion:   version,
+	}
+
+	t.Run("cloud-config: files, commands, kubeadm join, sentinel", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "cloud")
+		value, err := cloudinit.NewNode(&cloudinit.NodeInput{BaseUserData: baseUserData, JoinConfiguration: joinConfiguration(g)})
+		g.Expect(err).ToNot(HaveOccurred())
+		data, err := bootstrap.NewData(value, bootstrap.FormatCloudConfig)
+		g.Expect(err).ToNot(HaveOccurred())
+		cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: node, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
+		g.Expect(err).ToNot(HaveOccurred())
+
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateNotStarted))
+		g.Expect(runAll(t, g, node, cmds)).To(Equal(-1))
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded))
+
+		g.Expect(sh(g, node, "stat -c '%a %U:%G' /etc/capdmp/plain.conf /etc/capdmp/b64 /etc/capdmp/owned /run/kubeadm/kubeadm-join-config.yaml")).To(Equal(
+			"600 root:root\n644 root:root\n640 nobody:nogroup\n640 root:root\n"))
+		g.Expect(sh(g, node, "cat /etc/capdmp/plain.conf")).To(Equal("plain text\n"))
+		g.Expect(sh(g, node, "cat /etc/capdmp/b64")).To(Equal("decoded"))
+		g.Expect(sh(g, node, "cat /etc/capdmp/appended")).To(Equal("first\nsecond\n"))
+		g.Expect(sh(g, node, `cat "/etc/capdmp/with 'quotes' and \$dollar"`)).To(Equal("odd path\n"))
+		g.Expect(sh(g, node, "cat /tmp/pre /tmp/post")).To(Equal("pre " + node + "\npost\n"))
+		g.Expect(sh(g, node, "cat /tmp/kubeadm-args")).To(Equal(
+			"join --ignore-preflight-errors=" + bootstrap.DefaultIgnorePreflightErrors + " --config /run/kubeadm/kubeadm-join-config.yaml\n"))
+		g.Expect(sh(g, node, "cat /tmp/kubeadm-config")).To(ContainSubstring("name: '" + node + "'"))
+
+		// A restarted node loses /run (a tmpfs) but is still known as bootstrapped.
+		sh(g, node, "rm "+bootstrap.SentinelPath)
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded))
+	})
+
+	t.Run("cloud-config: a failed join stops the bootstrap and leaves it Started", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "fail")
+		sh(g, node, "touch /tmp/kubeadm-fail")
+		value, err := cloudinit.NewNode(&cloudinit.NodeInput{BaseUserData: baseUserData, JoinConfiguration: joinConfiguration(g)})
+		g.Expect(err).ToNot(HaveOccurred())
+		data, err := bootstrap.NewData(value, "")
+		g.Expect(err).ToNot(HaveOccurred())
+		cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: node})
+		g.Expect(err).ToNot(HaveOccurred())
+		failed := runAll(t, g, node, cmds)
+		g.Expect(failed).To(BeNumerically(">=", 0))
+		g.Expect(cmds[failed].Argv[2]).To(HavePrefix("kubeadm join"))
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateStarted))
+		res, err := d.Exec(ctx, node, []string{"test", "-e", "/tmp/post"}, nil)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(res.ExitCode).ToNot(BeZero(), "post-kubeadm commands must not run after a failed join")
+	})
+
+	t.Run("ignition: files, unit, kubeadm script with sh, sentinel", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "ign")
+		files := append([]bootstrapv1.File(nil), baseUserData.AdditionalFiles...)
+		value, _, err := ignition.NewNode(&ignition.NodeInput{
+			NodeInput: &cloudinit.NodeInput{BaseUserData: cloudinit.BaseUserData{
+				AdditionalFiles:     files[:3],
+				PreKubeadmCommands:  baseUserData.PreKubeadmCommands,
+				PostKubeadmCommands: baseUserData.PostKubeadmCommands,
+				KubernetesVersion:   version,
+			}, JoinConfiguration: joinConfiguration(g)},
+			Ignition: &bootstrapv1.IgnitionSpec{},
+		})
+		g.Expect(err).ToNot(HaveOccurred())
+		data, err := bootstrap.NewData(value, bootstrap.FormatIgnition)
+		g.Expect(err).ToNot(HaveOccurred())
+		cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: node, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
+		g.Expect(err).ToNot(HaveOccurred())
+
+		g.Expect(runAll(t, g, node, cmds)).To(Equal(-1))
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded))
+		g.Expect(sh(g, node, "stat -c '%a %U:%G' /etc/capdmp/plain.conf /etc/capdmp/owned /etc/kubeadm.sh /etc/systemd/system/kubeadm.service")).To(Equal(
+			"600 root:root\n640 nobody:nogroup\n700 root:root\n644 root:root\n"))
+		g.Expect(sh(g, node, "cat /etc/capdmp/b64")).To(Equal("decoded"))
+		g.Expect(sh(g, node, "cat /tmp/kubeadm-args")).To(Equal(
+			"join --ignore-preflight-errors=" + bootstrap.DefaultIgnorePreflightErrors + " --config /etc/kubeadm.yml\n"))
+		g.Expect(sh(g, node, "cat /tmp/pre /tmp/post")).To(Equal("pre " + node + "\npost\n"))
+		// CABPK's script moves its configuration away once done, so its unit would not run again.
+		g.Expect(sh(g, node, "test ! -e /etc/kubeadm.yml && test -e /tmp/kubeadm.yml && echo moved")).To(Equal("moved\n"))
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
