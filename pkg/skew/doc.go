@@ -1,0 +1,45 @@
+// Package skew is a version-skew gate for Cluster API InfraMachinePool providers: it decides
+// whether a pool may create instances of a Kubernetes version now, under the Kubernetes version
+// skew policy (no kubelet newer than the oldest kube-apiserver, none more than three minor
+// versions older than the newest), whatever order the control plane, MachinePool and
+// infrastructure objects are updated in.
+//
+// It has no dependency on any infrastructure: a Docker, AWS or Azure provider uses it the same way.
+//
+//  1. Read the control plane through the Cluster API contract with ReadControlPlane (status.versions,
+//     else status.version; never spec.version) from the object the Cluster's
+//     spec.controlPlaneRef names, fetched as unstructured.
+//  2. Call Decide with the version the pool would create now (its image, launch template or VM
+//     model; VersionFromImageTag reads it from a node image tag), the MachinePool's
+//     spec.template.spec.version and the versions the pool's instances run.
+//  3. On Proceed, roll out the target version. On Wait, create nothing at the target version, keep
+//     deleting and scaling down, and keep replacing instances at a version Decision.Admits accepts.
+//     Publish Decision.Condition on the pool.
+//  4. Watch the control plane object (ControlPlaneVersionsChanged is an update predicate) so that
+//     the gate re-opens as soon as the control plane reports new versions.
+//
+// # Rules and precedence
+//
+// Decide applies, in this order, the first rule that holds: InvalidVersion, VersionMismatch,
+// ControlPlaneUnknown, ControlPlaneOlder, TooOld; otherwise Admitted. See Decide for each rule.
+//
+// # Admitted versions
+//
+// The verdict is about the target version. Decision.AdmittedVersions (and Decision.Admits) say at
+// which versions new instances may be created now: the target version on Proceed, plus each
+// running version that still honours the skew policy against the observed control plane. A running
+// version was admitted when the pool first created it, so the VersionMismatch rule does not apply
+// to it, but a control plane that moved on can withdraw it (TooOld).
+//
+// # Versions
+//
+// Versions are semantic versions with or without a leading "v" (ParseVersion); anything else is
+// an error, never a guess. Order is semver order: a pre-release sorts before its release
+// (v1.37.0-beta.0 < v1.37.0) and build metadata is ignored for ordering, but not for equality
+// (v1.33.1+k3s1 and v1.33.1 are different builds). Image tags and label values, which cannot hold
+// "+", write build metadata after "_" (VersionFromImageTag, VersionLabelValue).
+//
+// KubeadmAPIVersion and KubeadmAPIVersionReadable say whether bootstrap data rendered for one
+// Kubernetes version can be read by the kubeadm of another, which matters when a pool keeps
+// creating instances at an admitted version while the MachinePool already names the next one.
+package skew
