@@ -1,0 +1,96 @@
+package nodeimage
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestImageForVersion(t *testing.T) {
+	tests := []struct {
+		name        string
+		version     string
+		customImage string
+		want        string
+		wantErr     string
+	}{
+		{name: "a version kind published is pinned by digest", version: "v1.37.0", want: "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"},
+		{name: "another published one", version: "v1.36.4", want: "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"},
+		{name: "an unpublished patch gets the plain tag", version: "v1.36.3", want: "kindest/node:v1.36.3"},
+		{name: "a version without v", version: "1.37.2", want: "kindest/node:v1.37.2"},
+		{name: "pre-release", version: "v1.38.0-alpha.1", want: "kindest/node:v1.38.0-alpha.1"},
+		{name: "build metadata is written with _", version: "v1.36.3+capdmp.1", want: "kindest/node:v1.36.3_capdmp.1"},
+		{name: "a custom image wins", version: "v1.36.3", customImage: "capdmp.local/node:v1.36.3", want: "capdmp.local/node:v1.36.3"},
+		{name: "a custom image with a registry port", version: "v1.36.3", customImage: "localhost:5000/node:v1.36.3", want: "localhost:5000/node:v1.36.3"},
+		{name: "an invalid version", version: "one.two", wantErr: `invalid Kubernetes version "one.two"`},
+		{name: "no version", version: "", wantErr: "invalid Kubernetes version"},
+		{name: "an invalid custom image", version: "v1.36.3", customImage: "Not/Valid:v1", wantErr: `invalid custom image "Not/Valid:v1"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := ImageForVersion(tt.version, tt.customImage)
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(got).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestVersionOfImage(t *testing.T) {
+	const digest = "@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
+	tests := []struct {
+		image   string
+		want    string
+		wantErr string
+	}{
+		{image: "kindest/node:v1.36.3", want: "v1.36.3"},
+		{image: "kindest/node:v1.37.0" + digest, want: "v1.37.0"},
+		{image: "docker.io/kindest/node:v1.31.14", want: "v1.31.14"},
+		{image: "localhost:5000/kindest/node:v1.36.3", want: "v1.36.3"},
+		{image: "registry.example.com:443/team/nodes/node:v1.35.0-rc.1" + digest, want: "v1.35.0-rc.1"},
+		{image: "capdmp.local/node:v1.36.3_capdmp.1", want: "v1.36.3+capdmp.1"},
+		{image: "node:v1.36.3", want: "v1.36.3"},
+		{image: "kindest/node", wantErr: "has no tag"},
+		{image: "kindest/node" + digest, wantErr: "has no tag"},
+		{image: "localhost:5000/node", wantErr: "has no tag"},
+		{image: "kindest/node:latest", wantErr: `the tag "latest" of node image "kindest/node:latest" is not a Kubernetes version: use a vX.Y.Z tag`},
+		{image: "kindest/node:1.36.3", wantErr: "use a vX.Y.Z tag"},
+		{image: "kindest/node:v1.36", wantErr: "use a vX.Y.Z tag"},
+		{image: "kindest/node:v1.36.3.4", wantErr: "use a vX.Y.Z tag"},
+		{image: "kindest/node:vnext", wantErr: "use a vX.Y.Z tag"},
+		{image: "Kindest/Node:v1.36.3", wantErr: "invalid node image"},
+		{image: "", wantErr: "no node image"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.image, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := VersionOfImage(tt.image)
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				if tt.image != "" {
+					g.Expect(err.Error()).To(ContainSubstring(tt.image), "the error names the image")
+				}
+				return
+			}
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(got).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, v := range []string{"v1.31.14", "v1.36.3", "v1.36.4", "v1.37.0", "v1.37.2", "v1.38.0-beta.0", "v1.36.3+capdmp.1"} {
+		t.Run(v, func(t *testing.T) {
+			g := NewWithT(t)
+			image, err := ImageForVersion(v, "")
+			g.Expect(err).ToNot(HaveOccurred())
+			got, err := VersionOfImage(image)
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(got).To(Equal(v))
+		})
+	}
+}
