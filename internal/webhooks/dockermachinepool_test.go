@@ -61,6 +61,15 @@ func TestDockerMachinePoolValidateCreate(t *testing.T) {
 			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "localhost:5000/kindest/node:v1.35.0@" + testDigest},
 		},
 		{
+			name:     "customImage with build metadata written with _ as in OCI tags",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "registry.example/node:v1.35.0_k3s1"},
+		},
+		{
+			name:     "customImage whose version tag lacks the v",
+			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "registry.example:443/node:1.35.0"},
+			wantErrs: []string{`spec.template.customImage: Invalid value: "registry.example:443/node:1.35.0"`, "not a Kubernetes version"},
+		},
+		{
 			name:     "customImage with a tag that is not a version",
 			template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:latest"},
 			wantErrs: []string{`spec.template.customImage: Invalid value: "kindest/node:latest"`, "version-skew gate"},

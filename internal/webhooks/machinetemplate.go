@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
-	"github.com/capdmp/capdmp/pkg/skew"
+	"github.com/capdmp/capdmp/internal/nodeimage"
 )
 
 // DefaultBootstrapTimeout is the bootstrap timeout of a container when spec.template.bootstrapTimeout
@@ -32,11 +32,11 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 	var warnings []string
 
 	if template.CustomImage != "" {
-		// The gate reads the pool's target version from this tag with the same function, so an
-		// image accepted here is always one the gate can read.
-		if _, err := skew.VersionFromImageTag(template.CustomImage); err != nil {
+		// The controller reads the pool's target version from this tag with the same function, so
+		// an image accepted here is always one the version-skew gate can read.
+		if _, err := nodeimage.VersionOfImage(template.CustomImage); err != nil {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("customImage"), template.CustomImage,
-				fmt.Sprintf("must be tagged with the Kubernetes version it runs, as in kindest/node:v1.35.0, because the version-skew gate reads the version from the tag: %v", err)))
+				fmt.Sprintf("the version-skew gate reads the Kubernetes version from the image's tag: %v", err)))
 		}
 	}
 
