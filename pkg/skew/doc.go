@@ -27,9 +27,10 @@
 //
 // The verdict is about the target version. Decision.AdmittedVersions (and Decision.Admits) say at
 // which versions new instances may be created now: the target version on Proceed, plus each
-// running version that still honours the skew policy against the observed control plane. A running
-// version was admitted when the pool first created it, so the VersionMismatch rule does not apply
-// to it, but a control plane that moved on can withdraw it (TooOld).
+// running version, and the last admitted version the provider recorded, that still honours the
+// skew policy against the observed control plane. Such a version was admitted when the pool first
+// created it, so the VersionMismatch rule does not apply to it, but a control plane that moved on
+// can withdraw it (TooOld). Nothing is admitted while the control plane is unknown.
 //
 // # Versions
 //

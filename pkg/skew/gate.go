@@ -66,6 +66,12 @@ type Input struct {
 	// as recorded on them. A running version stays admitted for replacements and scale-up while
 	// it honours the skew policy, even when the target version is not admitted.
 	RunningVersions []string
+
+	// LastAdmittedVersion is the version the pool last created instances at, as the provider
+	// recorded it (CAPDMP: status.versionGate.admittedVersion). Optional. It stays admitted like a
+	// running version, so that replacements go on while the gate waits even when no instance runs
+	// it any more (all removed by hand, or the pool scaled to zero and back).
+	LastAdmittedVersion string
 }
 
 // Decision is the gate's answer for one Input.
@@ -86,9 +92,9 @@ type Decision struct {
 	NewestControlPlaneVersion string
 
 	// AdmittedVersions are the canonical versions at which new instances may be created now,
-	// ascending: the target version when the Verdict is Proceed, and every running version that
-	// honours the skew policy against the observed control plane. Empty on InvalidVersion and
-	// ControlPlaneUnknown.
+	// ascending: the target version when the Verdict is Proceed, and every running version and
+	// the last admitted version that honour the skew policy against the observed control plane.
+	// Empty on InvalidVersion and ControlPlaneUnknown.
 	AdmittedVersions []string
 }
 
@@ -122,8 +128,8 @@ func (d Decision) Condition(conditionType string) metav1.Condition {
 
 // Decide applies the version-skew rules to in. The first rule that holds decides:
 //
-//  1. InvalidVersion: the target version is empty, or the target, the MachinePool, a control-plane
-//     or a running version does not parse. Nothing else can be judged.
+//  1. InvalidVersion: the target version is empty, or the target, the MachinePool, a control-plane,
+//     a running or the last admitted version does not parse. Nothing else can be judged.
 //  2. VersionMismatch: the MachinePool sets a version and it differs from the target version
 //     (build metadata included). One object is stale; the target is not trusted until they agree,
 //     and a mismatch needs a human or a pipeline to finish, so it is reported before conditions
@@ -162,13 +168,20 @@ func Decide(in Input) Decision {
 		controlPlane = append(controlPlane, v)
 	}
 
-	running := make([]semver.Version, 0, len(in.RunningVersions))
+	alreadyAdmitted := make([]semver.Version, 0, len(in.RunningVersions)+1)
 	for _, s := range in.RunningVersions {
 		v, err := parseInput("running version", s)
 		if err != nil {
 			return invalid(err)
 		}
-		running = append(running, v)
+		alreadyAdmitted = append(alreadyAdmitted, v)
+	}
+	if in.LastAdmittedVersion != "" {
+		v, err := ParseVersion(in.LastAdmittedVersion)
+		if err != nil {
+			return invalid(fmt.Errorf("last admitted version: %w", err))
+		}
+		alreadyAdmitted = append(alreadyAdmitted, v)
 	}
 
 	if !in.ControlPlane.Initialized || len(controlPlane) == 0 {
@@ -186,7 +199,7 @@ func Decide(in Input) Decision {
 
 	// A running version was admitted when its first instance was created; making more of it does
 	// not widen the pool's versions, so only the skew policy can withdraw it.
-	for _, v := range running {
+	for _, v := range alreadyAdmitted {
 		if honoursSkew(v, oldest, newest) == "" {
 			d.AdmittedVersions = appendVersion(d.AdmittedVersions, v)
 		}

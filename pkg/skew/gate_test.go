@@ -300,6 +300,30 @@ func TestDecide(t *testing.T) {
 			admitted: []string{"v1.33.5", "v1.34.0", "v1.34.1", "v1.34.1+a", "v1.34.1+b"},
 		},
 		{
+			name:            "last admitted version stays admitted with no instance left",
+			in:              Input{ControlPlane: initializedAt("v1.34.2"), TargetVersion: "v1.35.0", MachinePoolVersion: "v1.35.0", LastAdmittedVersion: "v1.34.2"},
+			want:            ControlPlaneOlder,
+			admitted:        []string{"v1.34.2"},
+			messageContains: []string{"new instances may still be created at v1.34.2"},
+		},
+		{
+			name:     "last admitted version and running versions together",
+			in:       Input{ControlPlane: initializedAt("v1.34.2"), TargetVersion: "v1.34.2", MachinePoolVersion: "v1.33.0", RunningVersions: []string{"v1.33.0"}, LastAdmittedVersion: "1.34.0"},
+			want:     VersionMismatch,
+			admitted: []string{"v1.33.0", "v1.34.0"},
+		},
+		{
+			name: "last admitted version withdrawn once too old",
+			in:   Input{ControlPlane: initializedAt("v1.35.0"), TargetVersion: "v1.36.0", MachinePoolVersion: "v1.36.0", LastAdmittedVersion: "v1.31.5"},
+			want: ControlPlaneOlder,
+		},
+		{
+			name:            "unparsable last admitted version",
+			in:              Input{ControlPlane: initializedAt("v1.34.2"), TargetVersion: "v1.34.2", MachinePoolVersion: "v1.34.2", LastAdmittedVersion: "kindest/node:v1.34.2"},
+			want:            InvalidVersion,
+			messageContains: []string{"last admitted version", "kindest/node:v1.34.2"},
+		},
+		{
 			name: "nothing is admitted while the control plane is unknown",
 			in:   Input{ControlPlane: ControlPlane{Versions: []string{"v1.34.0"}}, TargetVersion: "v1.34.0", MachinePoolVersion: "v1.34.0", RunningVersions: []string{"v1.34.0"}},
 			want: ControlPlaneUnknown,
@@ -408,6 +432,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add("1.34", "v1.34.0", "v1.34.0", "banana", "v1.34.0", false)
 	f.Add("", "", "", "", "", false)
 	f.Fuzz(func(t *testing.T, target, pool, cp1, cp2, running string, initialized bool) {
+		// The running version doubles as the last admitted one: both are admitted the same way.
 		var controlPlane []string
 		for _, v := range []string{cp1, cp2} {
 			if v != "" {
@@ -419,10 +444,11 @@ func FuzzDecide(f *testing.F) {
 			runningVersions = []string{running}
 		}
 		d := Decide(Input{
-			ControlPlane:       ControlPlane{Initialized: initialized, Versions: controlPlane},
-			TargetVersion:      target,
-			MachinePoolVersion: pool,
-			RunningVersions:    runningVersions,
+			ControlPlane:        ControlPlane{Initialized: initialized, Versions: controlPlane},
+			TargetVersion:       target,
+			MachinePoolVersion:  pool,
+			RunningVersions:     runningVersions,
+			LastAdmittedVersion: running,
 		})
 
 		if d.Message == "" || d.Reason == "" {
