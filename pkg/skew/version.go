@@ -117,7 +117,7 @@ func VersionFromImageTag(image string) (string, error) {
 	}
 	version, err := CanonicalVersion(strings.ReplaceAll(tag, "_", "+"))
 	if err != nil {
-		return "", fmt.Errorf("tag %q of image %q is not a Kubernetes version: %w", tag, image, err)
+		return "", fmt.Errorf("tag of image %q: %w", image, err)
 	}
 	return version, nil
 }
