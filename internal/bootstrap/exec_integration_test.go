@@ -1,10 +1,10 @@
 package bootstrap_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -79,36 +79,22 @@ echo "first" > /etc/capdmp/appended`
 		return string(res.Stdout)
 	}
 	state := func(g Gomega, node string) bootstrap.State {
-		check := bootstrap.SentinelCheck()
-		res, err := d.Exec(ctx, node, check.Argv, nil)
-		g.Expect(err).ToNot(HaveOccurred())
-		s, err := bootstrap.ParseSentinelCheck(res.ExitCode)
+		s, err := bootstrap.Check(ctx, d, node)
 		g.Expect(err).ToNot(HaveOccurred())
 		return s
 	}
-	// runAll runs the commands in order and stops at the first failure, as a controller does; it
-	// returns the index of the failed step, or -1.
+	// runAll runs the commands as a controller does; it returns the index of the failed step,
+	// or -1.
 	runAll := func(t *testing.T, g Gomega, node string, cmds []bootstrap.Command) int {
 		t.Helper()
 		start := time.Now()
-		for i, c := range cmds {
-			var stdin *bytes.Reader
-			if c.Stdin != nil {
-				stdin = bytes.NewReader(c.Stdin)
-			}
-			var res container.ExecResult
-			var err error
-			if stdin != nil {
-				res, err = d.Exec(ctx, node, c.Argv, stdin)
-			} else {
-				res, err = d.Exec(ctx, node, c.Argv, nil)
-			}
-			g.Expect(err).ToNot(HaveOccurred(), c.Step)
-			if res.ExitCode != 0 {
-				t.Logf("step %q failed with exit code %d: %s", c.Step, res.ExitCode, res.Stderr)
-				return i
-			}
+		err := bootstrap.Run(ctx, d, node, cmds)
+		var stepErr *bootstrap.StepError
+		if errors.As(err, &stepErr) {
+			t.Logf("%v: %s", err, stepErr.Stderr)
+			return stepErr.Index
 		}
+		g.Expect(err).ToNot(HaveOccurred())
 		t.Logf("%d bootstrap steps in %v", len(cmds), time.Since(start))
 		return -1
 	}
