@@ -112,7 +112,7 @@ func TestDataIsNeverPrinted(t *testing.T) {
 	j, err := json.Marshal(d)
 	g.Expect(err).ToNot(HaveOccurred())
 	for _, out := range []string{
-		fmt.Sprintf("%v", d), fmt.Sprintf("%+v", d), fmt.Sprintf("%#v", d), fmt.Sprintf("%s", d),
+		fmt.Sprintf("%v", d), fmt.Sprintf("%+v", d), fmt.Sprintf("%#v", d), fmt.Sprintf("%s", d), //nolint:staticcheck // printing through fmt is the point
 		fmt.Sprintf("%v", *d), fmt.Sprintf("%+v", *d), fmt.Sprintf("%#v", *d),
 		string(j), logged,
 	} {
