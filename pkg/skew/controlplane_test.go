@@ -184,7 +184,7 @@ func TestReadControlPlaneKubeadmControlPlane(t *testing.T) {
 			status: controlplanev1.KubeadmControlPlaneStatus{
 				Initialization: controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: ptr.To(true)},
 				Versions:       []clusterv1.StatusVersion{{Version: "v1.33.4", Replicas: 2}, {Version: "v1.34.1", Replicas: 1}},
-				Version:        "v1.33.4",
+				Version:        "v1.33.4", //nolint:staticcheck // the deprecated field is the fallback under test
 			},
 			want: ControlPlane{Initialized: true, Versions: []string{"v1.33.4", "v1.34.1"}},
 		},
@@ -192,7 +192,7 @@ func TestReadControlPlaneKubeadmControlPlane(t *testing.T) {
 			name: "older KubeadmControlPlane with status.version only",
 			status: controlplanev1.KubeadmControlPlaneStatus{
 				Initialization: controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: ptr.To(true)},
-				Version:        "v1.33.4",
+				Version:        "v1.33.4", //nolint:staticcheck // the deprecated field is the fallback under test
 			},
 			want: ControlPlane{Initialized: true, Versions: []string{"v1.33.4"}},
 		},

@@ -17,9 +17,9 @@ const maxKubeletMinorsBehind = 3
 type Verdict string
 
 const (
-	// Proceed: instances of the target version may be created.
+	// Proceed means instances of the target version may be created.
 	Proceed Verdict = "Proceed"
-	// Wait: no instance of the target version may be created yet. Versions in
+	// Wait means no instance of the target version may be created yet. Versions in
 	// Decision.AdmittedVersions may still be used (replacements, scale-up).
 	Wait Verdict = "Wait"
 )
@@ -28,22 +28,23 @@ const (
 type Reason string
 
 const (
-	// Admitted: the target version honours the skew policy against every observed control-plane
-	// version and agrees with the MachinePool.
+	// Admitted means the target version honours the skew policy against every observed
+	// control-plane version and agrees with the MachinePool.
 	Admitted Reason = "Admitted"
-	// InvalidVersion: one of the versions given to the gate does not parse. Nothing is admitted.
+	// InvalidVersion means one of the versions given to the gate does not parse. Nothing is
+	// admitted.
 	InvalidVersion Reason = "InvalidVersion"
-	// VersionMismatch: the target version (from the infrastructure, e.g. the image) differs from the
-	// MachinePool's spec.template.spec.version; one of the two objects has not been updated yet.
+	// VersionMismatch means the target version (from the infrastructure, e.g. the image) differs
+	// from the MachinePool's spec.template.spec.version; one of the two objects is stale.
 	VersionMismatch Reason = "VersionMismatch"
-	// ControlPlaneUnknown: the control plane is not initialized or reports no version.
+	// ControlPlaneUnknown means the control plane is not initialized or reports no version.
 	// Nothing is admitted.
 	ControlPlaneUnknown Reason = "ControlPlaneUnknown"
-	// ControlPlaneOlder: the target version is newer than the oldest observed control-plane
+	// ControlPlaneOlder means the target version is newer than the oldest observed control-plane
 	// version; a kubelet must never be newer than a kube-apiserver it may talk to.
 	ControlPlaneOlder Reason = "ControlPlaneOlder"
-	// TooOld: the target version is more than three minor versions older than the newest observed
-	// control-plane version.
+	// TooOld means the target version is more than three minor versions older than the newest
+	// observed control-plane version.
 	TooOld Reason = "TooOld"
 )
 
@@ -184,40 +185,49 @@ func Decide(in Input) Decision {
 		alreadyAdmitted = append(alreadyAdmitted, v)
 	}
 
-	if !in.ControlPlane.Initialized || len(controlPlane) == 0 {
-		if poolVersion != nil && !sameVersion(target, *poolVersion) {
-			return d.wait(VersionMismatch, mismatchMessage(target, *poolVersion))
-		}
-		if !in.ControlPlane.Initialized {
-			return d.wait(ControlPlaneUnknown, fmt.Sprintf("Waiting for the control plane to be initialized before admitting version %s", formatVersion(target)))
-		}
-		return d.wait(ControlPlaneUnknown, fmt.Sprintf("The control plane reports no version in status.versions or status.version; version %s cannot be checked against it", formatVersion(target)))
-	}
+	var oldest, newest semver.Version
+	controlPlaneKnown := in.ControlPlane.Initialized && len(controlPlane) > 0
+	if controlPlaneKnown {
+		oldest = slices.MinFunc(controlPlane, semver.Version.Compare)
+		newest = slices.MaxFunc(controlPlane, semver.Version.Compare)
+		d.OldestControlPlaneVersion, d.NewestControlPlaneVersion = formatVersion(oldest), formatVersion(newest)
 
-	oldest, newest := slices.MinFunc(controlPlane, semver.Version.Compare), slices.MaxFunc(controlPlane, semver.Version.Compare)
-	d.OldestControlPlaneVersion, d.NewestControlPlaneVersion = formatVersion(oldest), formatVersion(newest)
-
-	// A running version was admitted when its first instance was created; making more of it does
-	// not widen the pool's versions, so only the skew policy can withdraw it.
-	for _, v := range alreadyAdmitted {
-		if honoursSkew(v, oldest, newest) == "" {
-			d.AdmittedVersions = appendVersion(d.AdmittedVersions, v)
+		// A running version was admitted when its first instance was created; making more of it
+		// does not widen the pool's versions, so only the skew policy can withdraw it.
+		for _, v := range alreadyAdmitted {
+			if honoursSkew(v, oldest, newest) == "" {
+				d.AdmittedVersions = appendVersion(d.AdmittedVersions, v)
+			}
 		}
 	}
 
-	if poolVersion != nil && !sameVersion(target, *poolVersion) {
-		return d.wait(VersionMismatch, mismatchMessage(target, *poolVersion))
+	switch {
+	case poolVersion != nil && !sameVersion(target, *poolVersion):
+		return d.wait(VersionMismatch, fmt.Sprintf(
+			"Version %s of the infrastructure differs from the MachinePool version %s; waiting for the stale one to be updated",
+			d.TargetVersion, formatVersion(*poolVersion)))
+	case !in.ControlPlane.Initialized:
+		return d.wait(ControlPlaneUnknown, fmt.Sprintf(
+			"Waiting for the control plane to be initialized before admitting version %s", d.TargetVersion))
+	case !controlPlaneKnown:
+		return d.wait(ControlPlaneUnknown, fmt.Sprintf(
+			"The control plane reports no version in status.versions or status.version; version %s cannot be checked against it",
+			d.TargetVersion))
 	}
 	switch honoursSkew(target, oldest, newest) {
 	case ControlPlaneOlder:
-		return d.wait(ControlPlaneOlder, fmt.Sprintf("Version %s is newer than the oldest control plane version %s; waiting for the control plane upgrade to finish", formatVersion(target), formatVersion(oldest)))
+		return d.wait(ControlPlaneOlder, fmt.Sprintf(
+			"Version %s is newer than the oldest control plane version %s; waiting for the control plane upgrade to finish",
+			d.TargetVersion, d.OldestControlPlaneVersion))
 	case TooOld:
-		return d.wait(TooOld, fmt.Sprintf("Version %s is more than %d minor versions older than the newest control plane version %s; at least v%d.%d is needed", formatVersion(target), maxKubeletMinorsBehind, formatVersion(newest), newest.Major, oldestAllowedMinor(newest)))
+		return d.wait(TooOld, fmt.Sprintf(
+			"Version %s is more than %d minor versions older than the newest control plane version %s; at least v%d.%d is needed",
+			d.TargetVersion, maxKubeletMinorsBehind, d.NewestControlPlaneVersion, newest.Major, oldestAllowedMinor(newest)))
 	}
 
 	d.Verdict, d.Reason = Proceed, Admitted
 	d.AdmittedVersions = appendVersion(d.AdmittedVersions, target)
-	d.Message = fmt.Sprintf("Version %s is admitted by control plane version %s", formatVersion(target), controlPlaneRange(oldest, newest))
+	d.Message = fmt.Sprintf("Version %s is admitted by control plane version %s", d.TargetVersion, controlPlaneRange(oldest, newest))
 	return d
 }
 
@@ -287,10 +297,6 @@ func appendVersion(versions []string, v semver.Version) []string {
 		return strings.Compare(admitted, formatVersion(v))
 	})
 	return slices.Insert(versions, i, canonical)
-}
-
-func mismatchMessage(target, pool semver.Version) string {
-	return fmt.Sprintf("Version %s of the infrastructure differs from the MachinePool version %s; waiting for the stale one to be updated", formatVersion(target), formatVersion(pool))
 }
 
 func controlPlaneRange(oldest, newest semver.Version) string {
