@@ -11,7 +11,8 @@
 //     spec.controlPlaneRef names, fetched as unstructured.
 //  2. Call Decide with the version the pool would create now (its image, launch template or VM
 //     model; VersionFromImageTag reads it from a node image tag), the MachinePool's
-//     spec.template.spec.version and the versions the pool's instances run.
+//     spec.template.spec.version, the versions the pool's instances run and the version it last
+//     admitted.
 //  3. On Proceed, roll out the target version. On Wait, create nothing at the target version, keep
 //     deleting and scaling down, and keep replacing instances at a version Decision.Admits accepts.
 //     Publish Decision.Condition on the pool.
