@@ -14,8 +14,13 @@ import (
 )
 
 // ImageForVersion returns the node image for a Kubernetes version: customImage when it is set,
-// else the kindest/node image Cluster API maps the version to (pinned by digest for the versions
-// kind published, "kindest/node:<version>" for the others, like CAPD).
+// else the kindest/node image Cluster API maps the version to, referenced by tag.
+//
+// Cluster API pins the images kind published by registry digest; CAPDMP drops the digest because
+// it never pulls: an image is on the engine already, built or loaded (`kind load`, `docker load`,
+// the stub and real node images of this repository), and a loaded image has no registry digest,
+// so the pinned reference would not find it. PinnedImageForVersion gives the pinned reference,
+// to pull the image onto the engine beforehand.
 func ImageForVersion(version, customImage string) (string, error) {
 	v, err := semver.ParseTolerant(version)
 	if err != nil {
@@ -26,6 +31,30 @@ func ImageForVersion(version, customImage string) (string, error) {
 			return "", fmt.Errorf("invalid custom image %q: %w", customImage, err)
 		}
 		return customImage, nil
+	}
+	pinned := kind.GetMapping(v, "").Image
+	named, err := reference.ParseNormalizedNamed(pinned)
+	if err != nil {
+		return "", fmt.Errorf("invalid kindest/node image %q for version %q: %w", pinned, version, err)
+	}
+	tagged, ok := named.(reference.NamedTagged)
+	if !ok {
+		return "", fmt.Errorf("kindest/node image %q for version %q has no tag", pinned, version)
+	}
+	byTag, err := reference.WithTag(reference.TrimNamed(named), tagged.Tag())
+	if err != nil {
+		return "", fmt.Errorf("invalid kindest/node image %q for version %q: %w", pinned, version, err)
+	}
+	return reference.FamiliarString(byTag), nil
+}
+
+// PinnedImageForVersion returns Cluster API's kindest/node image for a Kubernetes version as the
+// mapping has it: pinned by digest for the versions kind published (what `docker pull` should
+// fetch before CAPDMP can use the image), by tag for the others.
+func PinnedImageForVersion(version string) (string, error) {
+	v, err := semver.ParseTolerant(version)
+	if err != nil {
+		return "", fmt.Errorf("invalid Kubernetes version %q: %w", version, err)
 	}
 	return kind.GetMapping(v, "").Image, nil
 }

@@ -14,9 +14,9 @@ func TestImageForVersion(t *testing.T) {
 		want        string
 		wantErr     string
 	}{
-		{name: "a version kind published is pinned by digest", version: "v1.37.0", want: "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"},
-		{name: "another published one", version: "v1.36.4", want: "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"},
-		{name: "an unpublished patch gets the plain tag", version: "v1.36.3", want: "kindest/node:v1.36.3"},
+		{name: "a version kind published, by tag: a loaded image has no registry digest", version: "v1.37.0", want: "kindest/node:v1.37.0"},
+		{name: "another published one", version: "v1.36.4", want: "kindest/node:v1.36.4"},
+		{name: "an unpublished patch", version: "v1.36.3", want: "kindest/node:v1.36.3"},
 		{name: "a version without v", version: "1.37.2", want: "kindest/node:v1.37.2"},
 		{name: "pre-release", version: "v1.38.0-alpha.1", want: "kindest/node:v1.38.0-alpha.1"},
 		{name: "build metadata is written with _", version: "v1.36.3+capdmp.1", want: "kindest/node:v1.36.3_capdmp.1"},
@@ -36,6 +36,35 @@ func TestImageForVersion(t *testing.T) {
 			}
 			g.Expect(err).ToNot(HaveOccurred())
 			g.Expect(got).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestPinnedImageForVersion(t *testing.T) {
+	tests := []struct {
+		version string
+		want    string
+		wantErr string
+	}{
+		{version: "v1.37.0", want: "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"},
+		{version: "1.36.4", want: "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"},
+		{version: "v1.36.3", want: "kindest/node:v1.36.3"},
+		{version: "x", wantErr: `invalid Kubernetes version "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.version, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := PinnedImageForVersion(tt.version)
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(got).To(Equal(tt.want))
+			// Both references name the same version.
+			byTag, err := ImageForVersion(tt.version, "")
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(got).To(HavePrefix(byTag))
 		})
 	}
 }
