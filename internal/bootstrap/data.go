@@ -56,6 +56,19 @@ func NewData(value []byte, format string) (*Data, error) {
 	return &Data{Value: value, Format: format, Hash: hex.EncodeToString(sum[:])}, nil
 }
 
+// hashLabelLength keeps a hash within a Kubernetes label value (63 characters at most).
+const hashLabelLength = 32
+
+// HashLabelValue shortens a Hash to fit a Kubernetes label value: its first 32 hex digits (128
+// bits), plenty to tell two renderings of bootstrap data apart. Docker labels take the full Hash;
+// compare the two through this function.
+func HashLabelValue(hash string) string {
+	if len(hash) > hashLabelLength {
+		return hash[:hashLabelLength]
+	}
+	return hash
+}
+
 // Read reads the bootstrap data Secret namespace/name. Pass a reader that goes to the API server
 // (the manager's APIReader), not the cache: the data changes in place when the bootstrap provider
 // refreshes its token, and caching every Secret of the cluster is what a controller must not do.

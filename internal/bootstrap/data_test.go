@@ -50,6 +50,16 @@ func TestNewData(t *testing.T) {
 	NewWithT(t).Expect(d.Hash).To(Equal("88c95955b024402aa9572b663f7eeb134f01343bb92af27b50e97e72b22c565f"))
 }
 
+func TestHashLabelValue(t *testing.T) {
+	g := NewWithT(t)
+	d, err := NewData([]byte("#cloud-config\n"), "")
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(d.Hash).To(HaveLen(64), "one more than a Kubernetes label value takes")
+	g.Expect(HashLabelValue(d.Hash)).To(Equal(d.Hash[:32]))
+	g.Expect(HashLabelValue(HashLabelValue(d.Hash))).To(Equal(d.Hash[:32]), "idempotent")
+	g.Expect(HashLabelValue("")).To(BeEmpty())
+}
+
 func TestRead(t *testing.T) {
 	secret := func(name string, data map[string][]byte) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: data}
