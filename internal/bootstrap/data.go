@@ -37,7 +37,7 @@ type Data struct {
 	Format string
 	// Hash is the hex sha256 of Value. It identifies the data on a container (a Docker label) and
 	// tells fresh data from stale without keeping a copy. At 64 characters it is one too long for
-	// a Kubernetes label value.
+	// a Kubernetes label value: see HashLabelValue.
 	Hash string
 }
 
