@@ -128,9 +128,10 @@ type Spec struct {
 }
 
 // ImportImagesCommand imports a `docker save` tarball read from stdin into a node's containerd,
-// where the kubelet finds it (kind's way of loading images).
+// where the kubelet finds it, with the flags `kind load` uses: images are unpacked at once (only a
+// node image build imports without unpacking, since snapshots do not survive a commit).
 func ImportImagesCommand() []string {
-	return []string{"ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--no-unpack", "--digests", "-"}
+	return []string{"ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--digests", "-"}
 }
 
 // CallCounts counts the calls made to a container engine, by operation.
