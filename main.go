@@ -1,19 +1,188 @@
+// Command manager runs the CAPDMP controllers: DockerMachinePool and DockerMachinePoolMachine.
+// With --embedded it first starts a local management API server (kube-apiserver and etcd built
+// by hack/envtest-binaries.sh) with Cluster API's and CAPDMP's CRDs, and runs against it.
 package main
 
 import (
-	_ "github.com/blang/semver/v4"
-	_ "github.com/moby/moby/client"
-	_ "github.com/onsi/ginkgo/v2"
-	_ "github.com/onsi/gomega"
-	_ "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	_ "sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
-	_ "sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
-	_ "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
-	_ "sigs.k8s.io/cluster-api/test/infrastructure/kind"
-	_ "sigs.k8s.io/cluster-api/test/framework"
-	_ "sigs.k8s.io/cluster-api/util/patch"
-	_ "sigs.k8s.io/controller-runtime/pkg/envtest"
-	_ "sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/controllers"
+	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/embedded"
+	"github.com/capdmp/capdmp/internal/webhooks"
 )
 
-func main() {}
+// options are the manager's flags.
+type options struct {
+	embedded            bool
+	embeddedKubeconfig  string
+	leaderElect         bool
+	metricsBindAddr     string
+	healthProbeBindAddr string
+	webhookPort         int
+	webhookCertDir      string
+	enableWebhooks      bool
+	dockerNetwork       string
+	containerSyncPeriod time.Duration
+	watchFilterValue    string
+	poolConcurrency     int
+	machineConcurrency  int
+	logOptions          *logs.Options
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.embedded, "embedded", false, "Start a local management API server (kube-apiserver + etcd from bin/envtest) with the Cluster API and CAPDMP CRDs and run against it.")
+	fs.StringVar(&o.embeddedKubeconfig, "embedded-kubeconfig", "_artifacts/embedded.kubeconfig", "Where --embedded writes the kubeconfig of its API server.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Enable leader election, so that only one manager is active.")
+	fs.StringVar(&o.metricsBindAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.healthProbeBindAddr, "health-probe-bind-address", ":9440", "Address of the health probes.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
+	fs.BoolVar(&o.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks (off with --embedded, which has no certificates).")
+	fs.StringVar(&o.dockerNetwork, "docker-network", controllers.DefaultNetwork, "Docker network of the pools' containers (kind's network by default; 'host' for tests that reach loopback API servers).")
+	fs.DurationVar(&o.containerSyncPeriod, "container-sync-period", controllers.DefaultContainerSyncPeriod, "How often pools re-list their containers to notice ones removed behind the controller's back.")
+	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects with the label %s set to this value.", clusterv1.WatchLabel))
+	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", 10, "Number of DockerMachinePools reconciled at once.")
+	fs.IntVar(&o.machineConcurrency, "dockermachinepoolmachine-concurrency", 10, "Number of DockerMachinePoolMachines reconciled (bootstrapped) at once.")
+	o.logOptions = logs.NewOptions()
+	logsv1.AddFlags(o.logOptions, fs)
+}
+
+func main() {
+	o := &options{}
+	o.addFlags(pflag.CommandLine)
+	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
+	pflag.Parse()
+	if err := logsv1.ValidateAndApply(o.logOptions, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctrl.SetLogger(klog.Background())
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		klog.Background().Error(err, "Manager failed")
+		os.Exit(1)
+	}
+}
+
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme,
+		controlplanev1.AddToScheme, infrav1.AddToScheme,
+	} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	return scheme
+}
+
+func run(ctx context.Context, o *options) error {
+	log := ctrl.LoggerFrom(ctx)
+	var cfg *rest.Config
+	if o.embedded {
+		plane, err := embedded.Start(ctx, o.embeddedKubeconfig)
+		if err != nil {
+			return fmt.Errorf("starting the embedded control plane: %w", err)
+		}
+		defer plane.Stop()
+		cfg = plane.Config
+		o.enableWebhooks = false
+		fmt.Printf("Embedded management cluster ready: export KUBECONFIG=%s\n", plane.KubeconfigPath)
+	} else {
+		var err error
+		if cfg, err = ctrl.GetConfig(); err != nil {
+			return fmt.Errorf("loading kubeconfig: %w", err)
+		}
+	}
+
+	runtimeEngine, err := container.NewDocker()
+	if err != nil {
+		return fmt.Errorf("connecting to the Docker engine: %w", err)
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 newScheme(),
+		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddr},
+		HealthProbeBindAddress: o.healthProbeBindAddr,
+		LeaderElection:         o.leaderElect,
+		LeaderElectionID:       "controller-leader-election-capdmp",
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Bootstrap data is read live for every container, never from the cache.
+			DisableFor: []client.Object{&corev1.Secret{}},
+			// Control planes are read as unstructured through the contract; serve them from
+			// the informer the gate watches instead of the API server.
+			Unstructured: true,
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient:     mgr.GetAPIReader(),
+		WatchFilterValue: o.watchFilterValue,
+		Client:           clustercache.ClientOptions{UserAgent: "capdmp-manager", Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+	}, controller.Options{MaxConcurrentReconciles: 10})
+	if err != nil {
+		return fmt.Errorf("setting up the ClusterCache: %w", err)
+	}
+
+	if err := (&controllers.DockerMachinePoolReconciler{
+		Client:              mgr.GetClient(),
+		APIReader:           mgr.GetAPIReader(),
+		ClusterCache:        clusterCache,
+		Runtime:             runtimeEngine,
+		Network:             o.dockerNetwork,
+		ContainerSyncPeriod: o.containerSyncPeriod,
+		WatchFilterValue:    o.watchFilterValue,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.poolConcurrency}); err != nil {
+		return err
+	}
+	if err := (&controllers.DockerMachinePoolMachineReconciler{
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		Runtime:          runtimeEngine,
+		WatchFilterValue: o.watchFilterValue,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.machineConcurrency}); err != nil {
+		return err
+	}
+	if o.enableWebhooks {
+		if err := webhooks.SetupWebhooksWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up webhooks: %w", err)
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("Starting manager")
+	return mgr.Start(ctx)
+}

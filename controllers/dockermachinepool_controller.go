@@ -1,0 +1,301 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controllers/external"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
+)
+
+// DefaultNetwork is the Docker network of the pools' containers: kind's, shared with CAPD's
+// DockerCluster load balancers and control-plane machines.
+const DefaultNetwork = "kind"
+
+// DefaultContainerSyncPeriod bounds how long a container removed behind the controller's back
+// goes unnoticed. Everything else is driven by watches.
+const DefaultContainerSyncPeriod = time.Minute
+
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepools;dockermachinepools/status;dockermachinepools/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=*,verbs=get;list;watch
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigs,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// DockerMachinePoolReconciler reconciles DockerMachinePools: it creates and removes the pool's
+// containers, pauses new-version containers while the control plane is older (pkg/skew), and keeps
+// the bootstrap data of the next container fresh during such a pause.
+type DockerMachinePoolReconciler struct {
+	Client client.Client
+	// APIReader reads the bootstrap data Secret live for every container created: the data is
+	// never served from a cache or kept in memory.
+	APIReader client.Reader
+	// ClusterCache gives clients of workload clusters, used to have the bootstrap provider
+	// re-render data that is older than a pause.
+	ClusterCache clustercache.ClusterCache
+	// Runtime is the container engine.
+	Runtime container.Runtime
+	// Network is the Docker network of the containers; DefaultNetwork when empty.
+	Network string
+	// ContainerSyncPeriod is how often a pool with containers is re-listed to notice containers
+	// removed behind the controller's back; DefaultContainerSyncPeriod when zero.
+	ContainerSyncPeriod time.Duration
+	// WatchFilterValue is the label value used to filter events prior to reconciliation.
+	WatchFilterValue string
+
+	recorder      record.EventRecorder
+	controlPlanes external.ObjectTracker
+	now           func() time.Time
+}
+
+// SetupWithManager sets up the controller with the Manager.
+func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
+		return errors.New("Client, APIReader and Runtime must not be nil")
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("controller", "dockermachinepool")
+	clusterToPools, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.DockerMachinePoolList{}, mgr.GetScheme())
+	if err != nil {
+		return errors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePools")
+	}
+
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.DockerMachinePool{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		// The pool is an owner, not the controller, of its machines: Cluster API's Machine is.
+		Watches(
+			&infrav1.DockerMachinePoolMachine{},
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &infrav1.DockerMachinePool{}),
+		).
+		Watches(
+			&clusterv1.MachinePool{},
+			handler.EnqueueRequestsFromMapFunc(util.MachinePoolToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("DockerMachinePool"))),
+		).
+		Watches(
+			&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(clusterToPools),
+			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
+		).
+		// CABPK refreshes a pool's data Secret in place; a pool waiting for fresh data resumes on
+		// the change instead of polling.
+		WatchesMetadata(
+			&corev1.Secret{},
+			handler.EnqueueRequestsFromMapFunc(r.bootstrapSecretToPools),
+		).
+		Build(r)
+	if err != nil {
+		return errors.Wrap(err, "failed setting up the DockerMachinePool controller")
+	}
+
+	r.recorder = mgr.GetEventRecorderFor("dockermachinepool-controller")
+	r.controlPlanes = external.ObjectTracker{
+		Controller:      c,
+		Cache:           mgr.GetCache(),
+		Scheme:          mgr.GetScheme(),
+		PredicateLogger: &log,
+	}
+	return nil
+}
+
+// Reconcile reconciles one DockerMachinePool.
+func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+
+	pool := &infrav1.DockerMachinePool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, errors.Wrapf(err, "failed to get DockerMachinePool %s", req.NamespacedName)
+	}
+
+	machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to get the MachinePool owning DockerMachinePool %s", klog.KObj(pool))
+	}
+	if machinePool == nil {
+		log.Info("Waiting for the MachinePool controller to set the owner reference")
+		return ctrl.Result{}, nil
+	}
+	log = log.WithValues("MachinePool", klog.KObj(machinePool), "Cluster", klog.KRef(pool.Namespace, machinePool.Spec.ClusterName))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machinePool.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to get the Cluster of MachinePool %s", klog.KObj(machinePool))
+	}
+
+	if pool.DeletionTimestamp.IsZero() {
+		// Add the finalizer first, so that no container can exist without it.
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, pool, infrav1.MachinePoolFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+
+	patchHelper, err := patch.NewHelper(pool, r.Client)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to create patch helper for DockerMachinePool %s", klog.KObj(pool))
+	}
+
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, pool); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+
+	s := &poolScope{
+		cluster:     cluster,
+		machinePool: machinePool,
+		pool:        pool,
+	}
+
+	defer func() {
+		r.updateStatus(s)
+		opts := []patch.Option{
+			patch.WithOwnedConditions{Conditions: []string{
+				clusterv1.PausedCondition,
+				infrav1.ReadyCondition,
+				infrav1.ReplicasReadyCondition,
+				infrav1.MachinesCreatedCondition,
+				infrav1.VersionSkewCondition,
+				infrav1.BootstrapDataFreshCondition,
+			}},
+		}
+		// observedGeneration moves only when status reflects that generation.
+		if reterr == nil {
+			opts = append(opts, patch.WithStatusObservedGeneration{})
+		}
+		if err := patchHelper.Patch(ctx, pool, opts...); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, errors.Wrapf(err, "failed to patch DockerMachinePool %s", klog.KObj(pool))})
+		}
+	}()
+
+	if !pool.DeletionTimestamp.IsZero() {
+		return doReconcile(ctx, s, []poolPhase{
+			wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
+			wrapPhase(r.reconcileDelete, "failed to delete the pool"),
+		})
+	}
+
+	return doReconcile(ctx, s, []poolPhase{
+		wrapPhase(r.reconcileTarget, "failed to compute the pool's target image"),
+		wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
+		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
+		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
+		wrapPhase(r.reconcileScaleDown, "failed to scale down"),
+		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
+		wrapPhase(r.reconcileScaleUp, "failed to scale up"),
+		wrapPhase(r.reconcileSync, "failed to schedule the next container sync"),
+	})
+}
+
+// poolPhase is one step of a DockerMachinePool reconcile.
+type poolPhase func(ctx context.Context, s *poolScope) (ctrl.Result, error)
+
+func wrapPhase(phase poolPhase, msg string) poolPhase {
+	return func(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+		res, err := phase(ctx, s)
+		return res, errors.Wrap(err, msg)
+	}
+}
+
+// doReconcile runs phases in order. A phase that fails does not stop the ones after it from
+// running only if they do not depend on it: each phase checks what it needs in the scope. The
+// lowest requeue wins; errors are aggregated.
+func doReconcile(ctx context.Context, s *poolScope, phases []poolPhase) (ctrl.Result, error) {
+	res := ctrl.Result{}
+	var errs []error
+	for _, phase := range phases {
+		phaseResult, err := phase(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			// Later phases build on earlier ones (inventory, gate): stop at the first failure.
+			break
+		}
+		res = util.LowestNonZeroResult(res, phaseResult)
+	}
+	if len(errs) > 0 {
+		return ctrl.Result{}, kerrors.NewAggregate(errs)
+	}
+	return res, nil
+}
+
+// reconcileSync requeues a pool that has containers so that one removed behind the controller's
+// back is noticed; the Docker engine has no watch this controller could rely on across restarts.
+func (r *DockerMachinePoolReconciler) reconcileSync(_ context.Context, s *poolScope) (ctrl.Result, error) {
+	if len(s.instances) == 0 {
+		return ctrl.Result{}, nil
+	}
+	period := r.ContainerSyncPeriod
+	if period == 0 {
+		period = DefaultContainerSyncPeriod
+	}
+	return ctrl.Result{RequeueAfter: period}, nil
+}
+
+func (r *DockerMachinePoolReconciler) network() string {
+	if r.Network == "" {
+		return DefaultNetwork
+	}
+	return r.Network
+}
+
+func (r *DockerMachinePoolReconciler) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// controlPlaneOf returns the Cluster's control plane object, watched so that the gate re-opens
+// as soon as the control plane reports a new version.
+func (r *DockerMachinePoolReconciler) controlPlaneOf(ctx context.Context, cluster *clusterv1.Cluster) (*unstructured.Unstructured, error) {
+	if !cluster.Spec.ControlPlaneRef.IsDefined() {
+		return nil, nil
+	}
+	cp, err := external.GetObjectFromContractVersionedRef(ctx, r.Client, cluster.Spec.ControlPlaneRef, cluster.Namespace)
+	if err != nil {
+		if apierrors.IsNotFound(errors.Cause(err)) {
+			return nil, nil
+		}
+		return nil, errors.Wrapf(err, "failed to get control plane %s %s", cluster.Spec.ControlPlaneRef.Kind, klog.KRef(cluster.Namespace, cluster.Spec.ControlPlaneRef.Name))
+	}
+	if r.controlPlanes.Controller != nil {
+		if err := r.controlPlanes.Watch(ctrl.LoggerFrom(ctx), cp,
+			handler.EnqueueRequestsFromMapFunc(r.controlPlaneToPools),
+			controlPlaneVersionsChanged{}); err != nil {
+			return nil, errors.Wrapf(err, "failed to watch %s", cp.GetKind())
+		}
+	}
+	return cp, nil
+}
+
+func (r *DockerMachinePoolReconciler) eventf(pool *infrav1.DockerMachinePool, eventType, reason, format string, args ...any) {
+	if r.recorder == nil {
+		return
+	}
+	r.recorder.Eventf(pool, eventType, reason, format, args...)
+}

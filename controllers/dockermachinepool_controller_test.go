@@ -1,0 +1,351 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+	"sigs.k8s.io/cluster-api/util/test/builder"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+	"github.com/capdmp/capdmp/internal/nodeimage"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+const (
+	testNamespace = "default"
+	testCluster   = "c1"
+	testPool      = "workers"
+)
+
+// world is the objects around one DockerMachinePool in a unit test.
+type world struct {
+	controlPlaneVersions []string // status.versions of the control plane; empty: not initialized
+	machinePoolVersion   string
+	customImage          string
+	replicas             int32
+	dataSecret           bool
+	gate                 infrav1.DockerMachinePoolVersionGateStatus
+}
+
+func testScheme(g Gomega) *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	g.Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+	g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
+	g.Expect(bootstrapv1.AddToScheme(scheme)).To(Succeed())
+	g.Expect(infrav1.AddToScheme(scheme)).To(Succeed())
+	return scheme
+}
+
+const cloudConfig = `## template: jinja
+#cloud-config
+write_files:
+- path: /run/kubeadm/kubeadm-join-config.yaml
+  owner: root:root
+  permissions: '0640'
+  content: |
+    apiVersion: kubeadm.k8s.io/v1beta4
+    kind: JoinConfiguration
+    discovery:
+      bootstrapToken:
+        apiServerEndpoint: 127.0.0.1:6443
+        token: abcdef.0123456789abcdef
+        unsafeSkipCAVerification: true
+    nodeRegistration:
+      name: '{{ ds.meta_data.local_hostname }}'
+runcmd:
+- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml
+`
+
+func (w world) objects() []client.Object {
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testCluster, UID: "cluster-uid"},
+		Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: "cp",
+		}},
+	}
+	cp := &unstructured.Unstructured{}
+	cp.SetGroupVersionKind(builder.ControlPlaneGroupVersion.WithKind(builder.GenericControlPlaneKind))
+	cp.SetNamespace(testNamespace)
+	cp.SetName("cp")
+	cp.SetLabels(map[string]string{clusterv1.ClusterNameLabel: testCluster})
+	if len(w.controlPlaneVersions) > 0 {
+		var versions []any
+		for _, v := range w.controlPlaneVersions {
+			versions = append(versions, map[string]any{"version": v, "replicas": int64(1)})
+		}
+		_ = unstructured.SetNestedSlice(cp.Object, versions, "status", "versions")
+		_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
+	}
+
+	mp := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "mp", UID: "mp-uid",
+			Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster}},
+		Spec: clusterv1.MachinePoolSpec{
+			ClusterName: testCluster,
+			Replicas:    ptr.To(w.replicas),
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName: testCluster,
+				Version:     w.machinePoolVersion,
+				Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "mp-config",
+				}},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: infrav1.GroupVersion.Group, Kind: "DockerMachinePool", Name: testPool,
+				},
+			}},
+		},
+	}
+	objs := []client.Object{cluster, cp, mp, builder.GenericControlPlaneCRD.DeepCopy(),
+		&bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "mp-config"}}}
+	if w.dataSecret {
+		mp.Spec.Template.Spec.Bootstrap.DataSecretName = ptr.To("mp-data")
+		objs = append(objs, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "mp-data", Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster}},
+			Data:       map[string][]byte{"value": []byte(cloudConfig), "format": []byte("cloud-config")},
+		})
+	}
+	pool := &infrav1.DockerMachinePool{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNamespace, Name: testPool, UID: "pool-uid",
+			Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachinePool", Name: "mp", UID: "mp-uid"}},
+			Finalizers:      []string{infrav1.MachinePoolFinalizer},
+		},
+		Spec:   infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: w.customImage}},
+		Status: infrav1.DockerMachinePoolStatus{VersionGate: w.gate, Conditions: []metav1.Condition{notPaused()}},
+	}
+	return append(objs, pool)
+}
+
+// notPaused is the Paused condition of an object already reconciled once, so that a test's
+// reconcile does the work instead of only recording the condition.
+func notPaused() metav1.Condition {
+	return metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason, LastTransitionTime: metav1.Now()}
+}
+
+func image(g Gomega, version string) string {
+	img, err := nodeimage.ImageForVersion(version, "")
+	g.Expect(err).ToNot(HaveOccurred())
+	return img
+}
+
+// nodeContainer is a container of the pool as the controller would have made it.
+func nodeContainer(g Gomega, name, version string, created time.Time) container.Container {
+	label, err := skew.VersionLabelValue(version)
+	g.Expect(err).ToNot(HaveOccurred())
+	return container.Container{
+		Name: name, Image: image(g, version), Running: true, CreatedAt: created,
+		Labels: map[string]string{
+			infrav1.PoolUIDLabel: "pool-uid", infrav1.PoolNameLabel: testPool, infrav1.ClusterNameLabel: testCluster,
+			infrav1.KubernetesVersionLabel: label,
+		},
+	}
+}
+
+// fakeClusterCache serves one workload cluster's client.
+type fakeClusterCache struct {
+	clustercache.ClusterCache
+	workload client.Client
+}
+
+func (f fakeClusterCache) GetClient(context.Context, client.ObjectKey) (client.Client, error) {
+	return f.workload, nil
+}
+
+// newTestReconciler returns a reconciler on a fake management cluster and the fake workload
+// cluster it reaches, which holds the bootstrap token of the test data.
+func newTestReconciler(g Gomega, objs []client.Object, rt container.Runtime) (*DockerMachinePoolReconciler, client.Client) {
+	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
+		WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}).Build()
+	workload := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"},
+	}).Build()
+	return &DockerMachinePoolReconciler{Client: c, APIReader: c, Runtime: rt, Network: "kind",
+		ClusterCache: fakeClusterCache{workload: workload}}, workload
+}
+
+func reconcilePool(g Gomega, r *DockerMachinePoolReconciler) *infrav1.DockerMachinePool {
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}})
+	g.Expect(err).ToNot(HaveOccurred())
+	pool := &infrav1.DockerMachinePool{}
+	g.Expect(r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+	return pool
+}
+
+func versionsOf(cs []container.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Labels[infrav1.KubernetesVersionLabel])
+	}
+	return out
+}
+
+func TestDockerMachinePoolGate(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name              string
+		world             world
+		existing          []string // versions of containers already in the pool, oldest first
+		missingImage      bool
+		wantVersions      []string
+		wantGate          metav1.ConditionStatus
+		wantGateReason    string
+		wantCreatedReason string
+		wantPoolLabel     string
+	}{
+		{
+			name:          "control plane at the target: creates all replicas of the target",
+			world:         world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 3, dataSecret: true},
+			wantVersions:  []string{"v1.31.0", "v1.31.0", "v1.31.0"},
+			wantGate:      metav1.ConditionTrue,
+			wantPoolLabel: "v1.31.0",
+		},
+		{
+			name:              "control plane older: creates nothing of the new version",
+			world:             world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.ControlPlaneOlder),
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+			wantPoolLabel:     "v1.31.0",
+		},
+		{
+			name:              "HA control plane mid-upgrade: the oldest apiserver bounds the pool",
+			world:             world{controlPlaneVersions: []string{"v1.31.0", "v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.ControlPlaneOlder),
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+		},
+		{
+			name: "waiting: scale-up and replacements at the last admitted version",
+			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: 3, dataSecret: true,
+				// The data was re-rendered since the pause began.
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.31.0", AdmittedImage: "kindest/node:v1.31.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: now.Add(-time.Hour)}, BootstrapDataHashAtPause: "older"}},
+			existing:       []string{"v1.31.0"},
+			wantVersions:   []string{"v1.31.0", "v1.31.0", "v1.31.0"},
+			wantGate:       metav1.ConditionFalse,
+			wantGateReason: string(skew.ControlPlaneOlder),
+		},
+		{
+			name: "waiting: no replacement whose kubeadm cannot read the data (v1beta4 for 1.30)",
+			world: world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: now.Add(-time.Hour)}, BootstrapDataHashAtPause: "older"}},
+			existing:          []string{"v1.30.0"},
+			wantVersions:      []string{"v1.30.0"},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.ControlPlaneOlder),
+			wantCreatedReason: unreadableJoinConfigurationReason,
+		},
+		{
+			name:              "custom image ahead of the MachinePool: one object is stale",
+			world:             world{controlPlaneVersions: []string{"v1.32.0"}, machinePoolVersion: "v1.31.0", customImage: "kindest/node:v1.32.0", replicas: 1, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.VersionMismatch),
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+			wantPoolLabel:     "v1.32.0",
+		},
+		{
+			name:              "control plane not initialized",
+			world:             world{machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.ControlPlaneUnknown),
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+		},
+		{
+			name:              "more than three minors behind the control plane",
+			world:             world{controlPlaneVersions: []string{"v1.35.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.TooOld),
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+		},
+		{
+			name:              "image missing on the engine: never pulled, reported by name",
+			world:             world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true},
+			missingImage:      true,
+			wantGate:          metav1.ConditionTrue,
+			wantCreatedReason: infrav1.ImageNotFoundReason,
+		},
+		{
+			name:              "no bootstrap data yet",
+			world:             world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1},
+			wantGate:          metav1.ConditionTrue,
+			wantCreatedReason: infrav1.WaitingForBootstrapDataReason,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fakeruntime.New()
+			if !tt.missingImage {
+				for _, v := range []string{"v1.30.0", "v1.31.0", "v1.32.0"} {
+					rt.AddImage(image(g, v))
+				}
+			}
+			for i, v := range tt.existing {
+				rt.Add(nodeContainer(g, "existing-"+itoa(i), v, now.Add(time.Duration(i)*time.Second)))
+			}
+			r, _ := newTestReconciler(g, tt.world.objects(), rt)
+
+			pool := reconcilePool(g, r)
+
+			got := versionsOf(rt.Containers())
+			g.Expect(got).To(ConsistOf(stringsToAny(tt.wantVersions)...), "%+v", pool.Status.Conditions)
+			gate := conditions.Get(pool, infrav1.VersionSkewCondition)
+			g.Expect(gate).ToNot(BeNil())
+			g.Expect(gate.Status).To(Equal(tt.wantGate), gate.Message)
+			if tt.wantGateReason != "" {
+				g.Expect(gate.Reason).To(Equal(tt.wantGateReason))
+				g.Expect(pool.Status.VersionGate.WaitingReason).To(Equal(tt.wantGateReason))
+				g.Expect(pool.Status.VersionGate.WaitingSince).ToNot(BeNil())
+			}
+			if tt.wantCreatedReason != "" {
+				created := conditions.Get(pool, infrav1.MachinesCreatedCondition)
+				g.Expect(created).ToNot(BeNil())
+				g.Expect(created.Reason).To(Equal(tt.wantCreatedReason), created.Message)
+			}
+			if tt.wantPoolLabel != "" {
+				g.Expect(pool.Labels).To(HaveKeyWithValue(infrav1.KubernetesVersionLabel, tt.wantPoolLabel))
+			}
+			// Every container has its machine, labelled for MachinePool Machines.
+			machines := &infrav1.DockerMachinePoolMachineList{}
+			g.Expect(r.Client.List(context.Background(), machines)).To(Succeed())
+			g.Expect(machines.Items).To(HaveLen(len(rt.Containers())))
+			for _, m := range machines.Items {
+				g.Expect(m.Labels).To(HaveKeyWithValue(clusterv1.MachinePoolNameLabel, format.MustFormatValue("mp")))
+				g.Expect(m.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, testCluster))
+				g.Expect(m.Labels).To(HaveKey(infrav1.KubernetesVersionLabel))
+			}
+			g.Expect(pool.Status.InfrastructureMachineKind).To(Equal("DockerMachinePoolMachine"))
+			g.Expect(pool.Status.Replicas).To(Equal(ptr.To(int32(len(rt.Containers())))))
+		})
+	}
+}
+
+func stringsToAny(in []string) []any {
+	out := make([]any, 0, len(in))
+	for _, s := range in {
+		out = append(out, s)
+	}
+	return out
+}

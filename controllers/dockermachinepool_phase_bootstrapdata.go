@@ -1,0 +1,189 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+const (
+	// BootstrapRefreshRequestedAnnotation is set on the KubeadmConfig, with the time, when the pool
+	// has CABPK re-render bootstrap data that is older than a pause.
+	BootstrapRefreshRequestedAnnotation = "infrastructure.capdmp.dev/bootstrap-refresh-requested"
+
+	// refreshRetryPeriod is how long the pool waits for CABPK to re-render before asking again.
+	refreshRetryPeriod = 30 * time.Second
+
+	// imageRetryPeriod is how often a pool whose image is missing looks for it again.
+	imageRetryPeriod = 30 * time.Second
+
+	// unreadableJoinConfigurationReason: the data's JoinConfiguration API cannot be read by the
+	// kubeadm of the version the next container would run.
+	unreadableJoinConfigurationReason = "UnreadableJoinConfiguration"
+)
+
+// reconcileBootstrapData plans scale-up and makes sure the data of the next container is fresh:
+// newer than any unfinished pause and readable by the kubeadm it will run. Data older than the
+// pause is re-rendered by the bootstrap provider (CABPK): the pool deletes the workload cluster's
+// bootstrap token Secret, once no container is mid-join, and touches the KubeadmConfig; the data
+// Secret's change then wakes the pool. It does this as soon as a pause begins, so that the gate's
+// re-opening does not wait for it.
+func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	s.creation = s.planCreation()
+	gate := s.pool.Status.VersionGate
+	pauseUnfinished := gate.WaitingSince != nil && gate.BootstrapDataHashAtPause != ""
+	if s.creation.count == 0 && !pauseUnfinished {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
+		return ctrl.Result{}, nil
+	}
+
+	name := dataSecretName(s)
+	if name == "" {
+		if s.creation.count > 0 && s.creation.blockedReason == "" {
+			s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
+			s.creation.blockedMessage = "Waiting for the bootstrap provider to write the MachinePool's data secret"
+		}
+		return ctrl.Result{}, nil
+	}
+	data, err := bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to read bootstrap data")
+	}
+	s.creation.dataSecretName, s.creation.dataHash = name, data.Hash
+
+	if pauseUnfinished && data.Hash == gate.BootstrapDataHashAtPause {
+		if s.creation.blockedReason == "" && s.creation.count > 0 {
+			s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
+			s.creation.blockedMessage = "Waiting for bootstrap data newer than the pause that began at " + gate.WaitingSince.UTC().Format(time.RFC3339)
+		}
+		return r.requestBootstrapRefresh(ctx, s, data, "the data predates the pause that began at "+gate.WaitingSince.UTC().Format(time.RFC3339))
+	}
+
+	if s.creation.count > 0 && s.creation.version != "" {
+		apiVersion, err := bootstrap.JoinConfigurationAPIVersion(data)
+		if err != nil {
+			return ctrl.Result{}, errors.Wrap(err, "failed to read the JoinConfiguration of the bootstrap data")
+		}
+		if apiVersion != "" {
+			readable, err := skew.KubeadmAPIVersionReadable(s.creation.version, apiVersion)
+			if err != nil {
+				return ctrl.Result{}, errors.Wrap(err, "failed to check the JoinConfiguration API version")
+			}
+			if !readable {
+				msg := fmt.Sprintf("The bootstrap data's JoinConfiguration is %s, which the kubeadm of %s cannot read", apiVersion, s.creation.version)
+				s.creation.blockedReason, s.creation.blockedMessage = unreadableJoinConfigurationReason, msg
+				conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason, msg))
+				if s.creation.version == s.targetVersion {
+					// Rendered for another version: a re-render uses the MachinePool's version.
+					return r.requestBootstrapRefresh(ctx, s, data, msg)
+				}
+				return ctrl.Result{}, nil
+			}
+		}
+	}
+	conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
+	return ctrl.Result{}, nil
+}
+
+// requestBootstrapRefresh has CABPK re-render the pool's bootstrap data with a new token. It
+// never deletes the data Secret nor writes CABPK's status; it waits while a container may still
+// be joining with the current token.
+func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Context, s *poolScope, data *bootstrap.Data, why string) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	setRefreshing := func(msg string) {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.BootstrapDataRefreshingReason, msg))
+	}
+
+	for _, i := range s.active() {
+		if i.joining() {
+			setRefreshing(fmt.Sprintf("Refresh needed (%s); waiting for container %s to finish joining", why, i.name()))
+			return ctrl.Result{}, nil
+		}
+	}
+
+	ref := s.machinePool.Spec.Template.Spec.Bootstrap.ConfigRef
+	if !ref.IsDefined() || ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
+		setRefreshing(fmt.Sprintf("Refresh needed (%s), but only a KubeadmConfig's data can be refreshed; update the bootstrap config", why))
+		return ctrl.Result{}, nil
+	}
+	config := &unstructured.Unstructured{}
+	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
+	}
+	pauseStart := s.pool.Status.VersionGate.WaitingSince
+	if requested, err := time.Parse(time.RFC3339Nano, config.GetAnnotations()[BootstrapRefreshRequestedAnnotation]); err == nil {
+		age := r.clock().Sub(requested)
+		if (pauseStart == nil || requested.After(pauseStart.Time)) && age < refreshRetryPeriod {
+			setRefreshing(fmt.Sprintf("Waiting for the bootstrap provider to re-render the data (%s), requested at %s", why, requested.UTC().Format(time.RFC3339)))
+			return ctrl.Result{RequeueAfter: refreshRetryPeriod - age}, nil
+		}
+	}
+
+	tokenID, err := bootstrap.BootstrapTokenID(data)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to find the bootstrap token in the data")
+	}
+	if tokenID != "" {
+		if r.ClusterCache == nil {
+			return ctrl.Result{}, errors.New("no ClusterCache to reach the workload cluster")
+		}
+		workload, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
+		if err != nil {
+			return ctrl.Result{}, errors.Wrap(err, "failed to get a client for the workload cluster")
+		}
+		tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + tokenID}}
+		if err := workload.Delete(ctx, tokenSecret); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, errors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
+		}
+	}
+
+	now := r.clock()
+	patch := client.MergeFrom(config.DeepCopy())
+	annotations := config.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[BootstrapRefreshRequestedAnnotation] = now.UTC().Format(time.RFC3339Nano)
+	config.SetAnnotations(annotations)
+	if err := r.Client.Patch(ctx, config, patch); err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to touch KubeadmConfig %s", klog.KObj(config))
+	}
+	log.Info("Requested fresh bootstrap data", "KubeadmConfig", klog.KObj(config), "reason", why)
+	r.eventf(s.pool, corev1.EventTypeNormal, infrav1.BootstrapDataRefreshingReason, "Requested fresh bootstrap data from KubeadmConfig %s: %s", config.GetName(), why)
+	setRefreshing(fmt.Sprintf("Waiting for the bootstrap provider to re-render the data (%s)", why))
+	return ctrl.Result{RequeueAfter: refreshRetryPeriod}, nil
+}
+
+// dataSecretName is the MachinePool's bootstrap data Secret, empty until the provider wrote it.
+func dataSecretName(s *poolScope) string {
+	return ptr.Deref(s.machinePool.Spec.Template.Spec.Bootstrap.DataSecretName, "")
+}
+
+func metaCondition(conditionType string, ok bool, reason, message string) metav1.Condition {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: conditionType, Status: status, Reason: reason, Message: message}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

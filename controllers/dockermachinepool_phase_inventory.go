@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"context"
+	"sort"
+
+	"github.com/pkg/errors"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+)
+
+// reconcileInventory lists the pool's containers (one engine call) and the objects that represent
+// them (from the cache). Containers are matched on the pool's UID, never on names, so that a pool
+// never touches a container it did not create.
+func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	containers, err := r.Runtime.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(s.pool.UID)})
+	if err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to list containers")
+	}
+
+	selector := client.MatchingLabels{
+		clusterv1.ClusterNameLabel:     s.cluster.Name,
+		clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePool.Name),
+	}
+	machineList := &infrav1.DockerMachinePoolMachineList{}
+	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector); err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to list DockerMachinePoolMachines")
+	}
+	ownerList := &clusterv1.MachineList{}
+	if err := r.Client.List(ctx, ownerList, client.InNamespace(s.pool.Namespace), selector); err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to list Machines")
+	}
+
+	machines := map[string]*infrav1.DockerMachinePoolMachine{}
+	for i := range machineList.Items {
+		m := &machineList.Items[i]
+		if ownedByPool(m, s.pool) {
+			machines[m.Name] = m
+		}
+	}
+	owners := map[string]*clusterv1.Machine{}
+	for i := range ownerList.Items {
+		m := &ownerList.Items[i]
+		if m.Spec.InfrastructureRef.Kind == "DockerMachinePoolMachine" && m.Spec.InfrastructureRef.APIGroup == infrav1.GroupVersion.Group {
+			owners[m.Spec.InfrastructureRef.Name] = m
+		}
+	}
+
+	s.instances = s.instances[:0]
+	seen := map[string]bool{}
+	for _, c := range containers {
+		seen[c.Name] = true
+		s.instances = append(s.instances, &instance{container: c, machine: machines[c.Name], owner: owners[c.Name]})
+	}
+	// Oldest first: scale-down walks from the end for "newest".
+	sort.SliceStable(s.instances, func(a, b int) bool {
+		return s.instances[a].container.CreatedAt.Before(s.instances[b].container.CreatedAt)
+	})
+
+	s.orphanMachines = s.orphanMachines[:0]
+	for name, m := range machines {
+		if !seen[name] {
+			s.orphanMachines = append(s.orphanMachines, m)
+		}
+	}
+	sort.Slice(s.orphanMachines, func(a, b int) bool { return s.orphanMachines[a].Name < s.orphanMachines[b].Name })
+
+	s.inventoryListed = true
+	ctrl.LoggerFrom(ctx).V(4).Info("Listed the pool's containers", "containers", len(containers), "machines", len(machines), "pool", klog.KObj(s.pool))
+	return ctrl.Result{}, nil
+}
+
+func ownedByPool(obj client.Object, pool *infrav1.DockerMachinePool) bool {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.UID == pool.UID {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,222 @@
+package controllers
+
+import (
+	"context"
+	"sort"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// reconcileScaleDown removes containers above the desired count, and during an admitted rollout
+// one outdated container each time its replacement is ready. Removal goes through the Machine, so
+// Cluster API drains the node first. Order: marked for deletion, outdated, not ready, newest.
+func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	active := s.active()
+	desired := s.desiredReplicas()
+	excess := len(active) - (desired + s.surge())
+
+	ready := 0
+	for _, i := range active {
+		if i.ready() {
+			ready++
+		}
+	}
+	// A rollout replaces a ready outdated container only once the pool has one ready container
+	// more than it needs, so that it never has fewer ready than desired.
+	if excess <= 0 && s.rolloutAdmitted() && ready > desired {
+		for _, i := range active {
+			if s.outdated(i) {
+				excess = 1
+				break
+			}
+		}
+	}
+	if excess <= 0 {
+		return ctrl.Result{}, nil
+	}
+
+	candidates := s.deletionOrder(active)
+	log := ctrl.LoggerFrom(ctx)
+	for _, i := range candidates[:min(excess, len(candidates))] {
+		log.Info("Removing container", "container", i.name(), "version", i.version(), "ready", i.ready())
+		r.eventf(s.pool, corev1.EventTypeNormal, "DeletingContainer", "Removing container %s (%s)", i.name(), displayVersion(i.version()))
+		if err := r.deleteMachine(ctx, s, i.name(), i.machine); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// deletionOrder sorts instances by which should go first: marked for deletion, outdated, not
+// ready, then newest.
+func (s *poolScope) deletionOrder(in []*instance) []*instance {
+	out := append([]*instance(nil), in...)
+	rank := func(i *instance) int {
+		switch {
+		case i.markedForDeletion():
+			return 0
+		case s.outdated(i):
+			return 1
+		case !i.ready():
+			return 2
+		default:
+			return 3
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		ra, rb := rank(out[a]), rank(out[b])
+		if ra != rb {
+			return ra < rb
+		}
+		return out[a].container.CreatedAt.After(out[b].container.CreatedAt)
+	})
+	return out
+}
+
+// planCreation decides how many containers scale-up may create and at which version: the target
+// when the gate admits it, otherwise the last admitted version for replacements and scale-up.
+func (s *poolScope) planCreation() creationPlan {
+	missing := s.desiredReplicas() + s.surge() - len(s.active())
+	if missing <= 0 {
+		return creationPlan{}
+	}
+	plan := creationPlan{count: missing}
+	gate := s.pool.Status.VersionGate
+	switch {
+	case s.decision == nil:
+		plan.blockedReason, plan.blockedMessage = infrav1.WaitingForVersionGateReason, "The version-skew gate has not decided yet"
+	case s.decision.Verdict == skew.Proceed:
+		plan.image, plan.version = s.targetImage, s.targetVersion
+	case gate.AdmittedImage != "" && s.decision.Admits(gate.AdmittedVersion):
+		plan.image, plan.version = gate.AdmittedImage, gate.AdmittedVersion
+	default:
+		plan.blockedReason = infrav1.WaitingForVersionGateReason
+		plan.blockedMessage = "Not creating " + pluralContainers(missing) + ": " + s.decision.Message
+	}
+	return plan
+}
+
+// reconcileScaleUp creates the containers planned by reconcileBootstrapData, never pulling an
+// image, and labels each with its version and the hash of the bootstrap data it will use.
+func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	plan := s.creation
+	if plan.count == 0 || plan.image == "" || plan.blockedReason != "" {
+		setMachinesCreated(s, plan)
+		return ctrl.Result{RequeueAfter: plan.requeueAfter}, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+
+	exists, err := r.Runtime.ImageExists(ctx, plan.image)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to look up image %s", plan.image)
+	}
+	if !exists {
+		plan.blockedReason = infrav1.ImageNotFoundReason
+		plan.blockedMessage = "Image " + plan.image + " is not present on the Docker engine; CAPDMP never pulls: build or load it"
+		setMachinesCreated(s, plan)
+		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.ImageNotFoundReason, "%s", plan.blockedMessage)
+		// Images have no watch; look again later.
+		return ctrl.Result{RequeueAfter: imageRetryPeriod}, nil
+	}
+	if err := r.Runtime.EnsureNetwork(ctx, r.network()); err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to ensure Docker network %s", r.network())
+	}
+
+	versionLabel, err := skew.VersionLabelValue(plan.version)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for range plan.count {
+		name := names.SimpleNameGenerator.GenerateName(s.pool.Name + "-")
+		spec := container.NodeSpec(container.NodeSpecInput{
+			Name:        name,
+			Image:       plan.image,
+			ClusterName: s.cluster.Name,
+			Network:     r.network(),
+			Labels: map[string]string{
+				infrav1.ClusterNameLabel:       s.cluster.Name,
+				infrav1.PoolNameLabel:          s.pool.Name,
+				infrav1.PoolUIDLabel:           string(s.pool.UID),
+				infrav1.KubernetesVersionLabel: versionLabel,
+				infrav1.BootstrapDataHashLabel: plan.dataHash,
+			},
+			ExtraMounts: mountsOf(s.pool.Spec.Template.ExtraMounts),
+		})
+		log.Info("Creating container", "container", name, "image", plan.image, "version", plan.version)
+		c, err := r.Runtime.Create(ctx, spec)
+		if err != nil {
+			reason := infrav1.ContainerCreateFailedReason
+			if errors.Is(err, container.ErrImageNotFound) {
+				reason = infrav1.ImageNotFoundReason
+			}
+			plan.blockedReason, plan.blockedMessage = reason, err.Error()
+			setMachinesCreated(s, plan)
+			r.eventf(s.pool, corev1.EventTypeWarning, reason, "Failed to create container %s: %v", name, err)
+			return ctrl.Result{}, errors.Wrapf(err, "failed to create container %s", name)
+		}
+		r.eventf(s.pool, corev1.EventTypeNormal, "ContainerCreated", "Created container %s of %s", name, plan.version)
+		inst := &instance{container: c}
+		s.instances = append(s.instances, inst)
+		m := newMachinePoolMachine(s, c.Name, c.Labels)
+		if err := r.Client.Create(ctx, m); err != nil {
+			return ctrl.Result{}, errors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m))
+		}
+		inst.machine = m
+	}
+	s.creation = creationPlan{}
+	r.pauseFinished(s, plan)
+	setMachinesCreated(s, creationPlan{})
+	return ctrl.Result{}, nil
+}
+
+// pauseFinished forgets a pause once a container of the admitted target was created with data
+// newer than the pause.
+func (r *DockerMachinePoolReconciler) pauseFinished(s *poolScope, plan creationPlan) {
+	gate := &s.pool.Status.VersionGate
+	if gate.WaitingSince == nil || s.decision == nil || s.decision.Verdict != skew.Proceed {
+		return
+	}
+	if plan.dataHash != "" && plan.dataHash != gate.BootstrapDataHashAtPause {
+		gate.WaitingSince = nil
+		gate.BootstrapDataHashAtPause = ""
+	}
+}
+
+func setMachinesCreated(s *poolScope, plan creationPlan) {
+	if plan.blockedReason != "" {
+		conditions.Set(s.pool, metaCondition(infrav1.MachinesCreatedCondition, false, plan.blockedReason, plan.blockedMessage))
+		return
+	}
+	for _, i := range s.active() {
+		if i.bootstrapFailed() {
+			conditions.Set(s.pool, metaCondition(infrav1.MachinesCreatedCondition, false, infrav1.BootstrapFailedReason,
+				"Bootstrap failed in container "+i.name()+"; delete its Machine (or let a MachineHealthCheck do it) to replace it"))
+			return
+		}
+	}
+	conditions.Set(s.pool, metaCondition(infrav1.MachinesCreatedCondition, true, infrav1.MachinesCreatedReason, ""))
+}
+
+func mountsOf(in []infrav1.Mount) []container.Mount {
+	out := make([]container.Mount, 0, len(in))
+	for _, m := range in {
+		out = append(out, container.Mount{Source: m.HostPath, Target: m.ContainerPath, ReadOnly: m.ReadOnly})
+	}
+	return out
+}
+
+func pluralContainers(n int) string {
+	if n == 1 {
+		return "1 container"
+	}
+	return itoa(n) + " containers"
+}

@@ -1,0 +1,95 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// reconcileVersionGate asks pkg/skew whether the pool may create containers of its target
+// version now, and records the answer: the VersionSkewAdmitted condition, status.versionGate, an
+// event when the reason changes, and the start of a pause with the bootstrap data it found then.
+func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	cp, err := r.controlPlaneOf(ctx, s.cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.controlPlane = cp
+
+	input := skew.Input{
+		TargetVersion:       s.targetVersion,
+		MachinePoolVersion:  s.machinePool.Spec.Template.Spec.Version,
+		LastAdmittedVersion: s.pool.Status.VersionGate.AdmittedVersion,
+	}
+	for _, i := range s.active() {
+		if v := i.version(); v != "" {
+			input.RunningVersions = append(input.RunningVersions, v)
+		}
+	}
+	var decision skew.Decision
+	switch {
+	case s.targetErr != nil:
+		decision = skew.Decision{Verdict: skew.Wait, Reason: skew.InvalidVersion, Message: s.targetErr.Error()}
+	case cp == nil:
+		decision = skew.Decide(input)
+	default:
+		input.ControlPlane, err = skew.ReadControlPlane(cp)
+		if err != nil {
+			decision = skew.Decision{Verdict: skew.Wait, Reason: skew.InvalidVersion,
+				Message: fmt.Sprintf("%s %s does not honour the control plane contract: %v", cp.GetKind(), cp.GetName(), err)}
+			break
+		}
+		decision = skew.Decide(input)
+	}
+	s.decision = &decision
+
+	gate := &s.pool.Status.VersionGate
+	previousReason := gate.WaitingReason
+	gate.TargetVersion = s.targetVersion
+	conditions.Set(s.pool, decision.Condition(infrav1.VersionSkewCondition))
+
+	if decision.Verdict == skew.Proceed {
+		gate.AdmittedVersion, gate.AdmittedImage = s.targetVersion, s.targetImage
+		gate.WaitingReason = ""
+		if previousReason != "" {
+			r.eventf(s.pool, corev1.EventTypeNormal, string(skew.Admitted), "Creating containers of %s again: %s", s.targetVersion, decision.Message)
+		}
+		return ctrl.Result{}, nil
+	}
+
+	gate.WaitingReason = string(decision.Reason)
+	if previousReason != gate.WaitingReason {
+		r.eventf(s.pool, corev1.EventTypeNormal, string(decision.Reason), "Not creating containers of %s: %s", displayVersion(s.targetVersion), decision.Message)
+	}
+	if gate.WaitingSince == nil {
+		// A new pause: remember the data the pool had, so that no container is ever created with
+		// data older than the pause.
+		now := metav1.NewTime(r.clock())
+		gate.WaitingSince = &now
+		gate.BootstrapDataHashAtPause = ""
+		if name := dataSecretName(s); name != "" {
+			data, err := bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name)
+			if err != nil {
+				return ctrl.Result{}, errors.Wrap(err, "failed to read bootstrap data at the start of a pause")
+			}
+			gate.BootstrapDataHashAtPause = data.Hash
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+func displayVersion(v string) string {
+	if v == "" {
+		return "an unknown version"
+	}
+	return v
+}

@@ -1,0 +1,164 @@
+package controllers
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// poolScope is what one reconcile of a DockerMachinePool knows; phases fill it in order.
+type poolScope struct {
+	cluster     *clusterv1.Cluster
+	machinePool *clusterv1.MachinePool
+	pool        *infrav1.DockerMachinePool
+
+	// targetImage and targetVersion describe the containers the pool would create now;
+	// targetErr says why they could not be computed.
+	targetImage   string
+	targetVersion string
+	targetErr     error
+
+	// instances are the pool's containers with their DockerMachinePoolMachine and Machine;
+	// inventoryListed is false until they were listed.
+	instances       []*instance
+	inventoryListed bool
+	// orphanMachines are DockerMachinePoolMachines whose container is gone.
+	orphanMachines []*infrav1.DockerMachinePoolMachine
+
+	controlPlane *unstructured.Unstructured
+	decision     *skew.Decision
+
+	// creation is what scale-up may create now, decided by the gate and the bootstrap data.
+	creation creationPlan
+}
+
+// instance is one container of the pool and the objects that represent it.
+type instance struct {
+	container container.Container
+	// machine is its DockerMachinePoolMachine; nil until created.
+	machine *infrav1.DockerMachinePoolMachine
+	// owner is the Machine Cluster API made for it; nil until created.
+	owner *clusterv1.Machine
+}
+
+// creationPlan says how many containers scale-up creates and of which image.
+type creationPlan struct {
+	count   int
+	image   string
+	version string
+	// blockedReason and blockedMessage explain why containers that are missing are not created.
+	blockedReason  string
+	blockedMessage string
+	// dataSecretName is the bootstrap data Secret the new containers are bootstrapped from, and
+	// dataHash the sha256 of its content read for this reconcile.
+	dataSecretName string
+	dataHash       string
+	// requeueAfter asks for another look when nothing will trigger one (e.g. a missing image).
+	requeueAfter time.Duration
+}
+
+func (i *instance) name() string { return i.container.Name }
+
+// version is the Kubernetes version the container runs, as recorded on it.
+func (i *instance) version() string {
+	v, err := skew.VersionFromLabelValue(i.container.Labels[infrav1.KubernetesVersionLabel])
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// ready is true when the container runs and has been bootstrapped.
+func (i *instance) ready() bool {
+	return i.container.Running && i.machine != nil && ptr.Deref(i.machine.Status.Initialization.Provisioned, false)
+}
+
+// deleting is true when the container's removal has begun through its Machine or its
+// DockerMachinePoolMachine.
+func (i *instance) deleting() bool {
+	return (i.owner != nil && !i.owner.DeletionTimestamp.IsZero()) ||
+		(i.machine != nil && !i.machine.DeletionTimestamp.IsZero())
+}
+
+// markedForDeletion is true when a user or an autoscaler asked for this machine to go first.
+func (i *instance) markedForDeletion() bool {
+	if i.owner != nil {
+		if _, ok := i.owner.Annotations[clusterv1.DeleteMachineAnnotation]; ok {
+			return true
+		}
+	}
+	if i.machine != nil {
+		if _, ok := i.machine.Annotations[clusterv1.DeleteMachineAnnotation]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// bootstrapFailed is true when the container's bootstrap failed or was interrupted.
+func (i *instance) bootstrapFailed() bool {
+	if i.machine == nil {
+		return false
+	}
+	for _, c := range i.machine.Status.Conditions {
+		if c.Type == infrav1.ContainerProvisionedCondition && c.Reason == infrav1.BootstrapFailedReason {
+			return true
+		}
+	}
+	return false
+}
+
+// joining is true while the container may be using its bootstrap token.
+func (i *instance) joining() bool {
+	return !i.ready() && !i.bootstrapFailed() && !i.deleting()
+}
+
+// active returns the instances whose removal has not begun: the ones that count as replicas.
+func (s *poolScope) active() []*instance {
+	out := make([]*instance, 0, len(s.instances))
+	for _, i := range s.instances {
+		if !i.deleting() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// desiredReplicas is the MachinePool's replica count; nil (an autoscaler not having decided yet)
+// keeps the pool as it is.
+func (s *poolScope) desiredReplicas() int {
+	if s.machinePool.Spec.Replicas == nil {
+		return len(s.active())
+	}
+	return int(*s.machinePool.Spec.Replicas)
+}
+
+// outdated is true when the container does not run the image the pool targets now.
+func (s *poolScope) outdated(i *instance) bool {
+	return s.targetImage == "" || i.container.Image != s.targetImage
+}
+
+// rolloutAdmitted is true when the gate lets the pool replace outdated containers by new ones.
+func (s *poolScope) rolloutAdmitted() bool {
+	return s.decision != nil && s.decision.Verdict == skew.Proceed && s.targetImage != ""
+}
+
+// surge is how many containers above the desired count a rollout may run: one at a time, so that
+// no ready container goes before its replacement is ready.
+func (s *poolScope) surge() int {
+	if !s.rolloutAdmitted() {
+		return 0
+	}
+	for _, i := range s.active() {
+		if s.outdated(i) {
+			return 1
+		}
+	}
+	return 0
+}

@@ -1,0 +1,86 @@
+package controllers
+
+import (
+	"fmt"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+)
+
+// updateStatus computes the pool's status from what this reconcile saw. It runs on every
+// reconcile, failed or not, so that a condition never sticks: ReplicasReady is derived from the
+// containers each time, never carried over (Cluster API issue #10541).
+func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) {
+	pool := s.pool
+	pool.Status.InfrastructureMachineKind = "DockerMachinePoolMachine"
+
+	if !s.inventoryListed {
+		conditions.Set(pool, metaCondition(infrav1.ReadyCondition, false, "InventoryUnknown", "The pool's containers could not be listed"))
+		return
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		conditions.Set(pool, metaCondition(infrav1.ReadyCondition, false, infrav1.DeletingReason,
+			fmt.Sprintf("Deleting %d containers", len(s.instances))))
+		return
+	}
+
+	active := s.active()
+	var ready int32
+	instances := make([]infrav1.DockerMachinePoolInstanceStatus, 0, len(active))
+	providerIDs := make([]string, 0, len(active))
+	for _, i := range active {
+		st := infrav1.DockerMachinePoolInstanceStatus{
+			InstanceName:      i.name(),
+			ProviderID:        providerID(i.name()),
+			Version:           i.version(),
+			Ready:             i.ready(),
+			BootstrapDataHash: i.container.Labels[infrav1.BootstrapDataHashLabel],
+		}
+		if i.machine != nil {
+			st.Addresses = i.machine.Status.Addresses
+		}
+		if st.Ready {
+			ready++
+			providerIDs = append(providerIDs, st.ProviderID)
+		}
+		instances = append(instances, st)
+	}
+	pool.Status.Instances = instances
+	pool.Status.Replicas = ptr.To(int32(len(active)))
+	pool.Status.ReadyReplicas = ptr.To(ready)
+	pool.Spec.ProviderIDList = providerIDs
+	if len(providerIDs) == 0 {
+		pool.Spec.ProviderIDList = nil
+	}
+	if pool.Spec.ProviderID == "" {
+		pool.Spec.ProviderID = fmt.Sprintf("docker:////%s-%s", s.cluster.Name, pool.Name)
+	}
+	// The pool can host containers once it has been inventoried; the contract makes this one-way.
+	pool.Status.Initialization.Provisioned = ptr.To(true)
+
+	desired := s.desiredReplicas()
+	switch {
+	case len(active) < desired:
+		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, false, infrav1.ScalingUpReason,
+			fmt.Sprintf("Scaling up to %d replicas (%d exist, %d ready)", desired, len(active), ready)))
+	case len(active) > desired:
+		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, false, infrav1.ScalingDownReason,
+			fmt.Sprintf("Scaling down to %d replicas (%d exist, %d ready)", desired, len(active), ready)))
+	case int(ready) < desired:
+		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, false, infrav1.WaitingForReplicasReadyReason,
+			fmt.Sprintf("%d of %d replicas ready", ready, desired)))
+	default:
+		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, true, infrav1.ReplicasReadyReason, ""))
+	}
+	if conditions.Get(pool, infrav1.MachinesCreatedCondition) == nil {
+		setMachinesCreated(s, creationPlan{})
+	}
+
+	// Ready summarises what a user must act on or wait for. The version gate waiting is not a
+	// failure of the pool, so it is reported through ReplicasReady/MachinesCreated, not Ready.
+	_ = conditions.SetSummaryCondition(pool, pool, infrav1.ReadyCondition,
+		conditions.ForConditionTypes{infrav1.ReplicasReadyCondition, infrav1.MachinesCreatedCondition, infrav1.BootstrapDataFreshCondition},
+	)
+}

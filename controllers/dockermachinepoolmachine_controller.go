@@ -1,0 +1,339 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/container"
+)
+
+// DefaultBootstrapTimeout bounds one container's bootstrap when the pool does not say.
+const DefaultBootstrapTimeout = 3 * time.Minute
+
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines;dockermachinepoolmachines/status;dockermachinepoolmachines/finalizers,verbs=get;list;watch;update;patch
+
+// DockerMachinePoolMachineReconciler reconciles the DockerMachinePoolMachine of each container:
+// it bootstraps the container, reports its state, and removes it when the machine is deleted.
+type DockerMachinePoolMachineReconciler struct {
+	Client client.Client
+	// APIReader reads the bootstrap data Secret live, never from a cache.
+	APIReader client.Reader
+	Runtime   container.Runtime
+	// WatchFilterValue is the label value used to filter events prior to reconciliation.
+	WatchFilterValue string
+
+	recorder record.EventRecorder
+}
+
+// SetupWithManager sets up the controller with the Manager.
+func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
+		return errors.New("Client, APIReader and Runtime must not be nil")
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("controller", "dockermachinepoolmachine")
+	clusterToMachines, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.DockerMachinePoolMachineList{}, mgr.GetScheme())
+	if err != nil {
+		return errors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePoolMachines")
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.DockerMachinePoolMachine{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		Watches(
+			&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
+			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
+		).
+		Complete(r)
+	if err != nil {
+		return errors.Wrap(err, "failed setting up the DockerMachinePoolMachine controller")
+	}
+	r.recorder = mgr.GetEventRecorderFor("dockermachinepoolmachine-controller")
+	return nil
+}
+
+// machineScope is what one reconcile of a DockerMachinePoolMachine knows.
+type machineScope struct {
+	cluster *clusterv1.Cluster
+	machine *infrav1.DockerMachinePoolMachine
+}
+
+// Reconcile reconciles one DockerMachinePoolMachine.
+func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	machine := &infrav1.DockerMachinePoolMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, machine); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, errors.Wrapf(err, "failed to get DockerMachinePoolMachine %s", req.NamespacedName)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(machine.Namespace, machine.Labels[clusterv1.ClusterNameLabel]))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machine.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to get the Cluster of DockerMachinePoolMachine %s", klog.KObj(machine))
+	}
+	if machine.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, machine, infrav1.MachinePoolMachineFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+	patchHelper, err := patch.NewHelper(machine, r.Client)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to create patch helper for DockerMachinePoolMachine %s", klog.KObj(machine))
+	}
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, machine); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+
+	s := &machineScope{cluster: cluster, machine: machine}
+	defer func() {
+		if err := conditions.SetSummaryCondition(machine, machine, infrav1.ReadyCondition,
+			conditions.ForConditionTypes{infrav1.ContainerProvisionedCondition}); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
+			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition,
+		}}}
+		if reterr == nil {
+			opts = append(opts, patch.WithStatusObservedGeneration{})
+		}
+		if err := patchHelper.Patch(ctx, machine, opts...); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, errors.Wrapf(err, "failed to patch DockerMachinePoolMachine %s", klog.KObj(machine))})
+		}
+	}()
+
+	if !machine.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+func (r *DockerMachinePoolMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	conditions.Set(s.machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.DeletingReason, "Deleting the container"))
+	ctrl.LoggerFrom(ctx).Info("Deleting container", "container", s.machine.Name)
+	if err := r.Runtime.Delete(ctx, s.machine.Name); err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to delete container %s", s.machine.Name)
+	}
+	controllerutil.RemoveFinalizer(s.machine, infrav1.MachinePoolMachineFinalizer)
+	return ctrl.Result{}, nil
+}
+
+func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	machine := s.machine
+	c, err := r.Runtime.Inspect(ctx, machine.Name)
+	if err != nil {
+		if errors.Is(err, container.ErrNotFound) {
+			conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotFoundReason,
+				"The container is gone; the pool removes this machine and replaces it"))
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, errors.Wrapf(err, "failed to inspect container %s", machine.Name)
+	}
+	machine.Status.Addresses = addressesOf(c)
+	if !c.Running {
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotRunningReason, "The container does not run"))
+		return ctrl.Result{}, nil
+	}
+	if ptr.Deref(machine.Status.Initialization.Provisioned, false) {
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, true, infrav1.ContainerProvisionedReason, ""))
+		return ctrl.Result{}, nil
+	}
+	if current := conditions.Get(machine, infrav1.ContainerProvisionedCondition); current != nil && current.Reason == infrav1.BootstrapFailedReason {
+		return ctrl.Result{}, nil
+	}
+	// The node says how far its bootstrap went: a controller that restarted, or a status patch
+	// that was lost, must never run kubeadm twice.
+	res, err := r.Runtime.Exec(ctx, machine.Name, bootstrap.SentinelCheck().Argv, nil)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "failed to check the bootstrap sentinel of container %s", machine.Name)
+	}
+	state, err := bootstrap.ParseSentinelCheck(res.ExitCode)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrapf(err, "container %s", machine.Name)
+	}
+	switch state {
+	case bootstrap.StateSucceeded:
+		r.markProvisioned(machine)
+		return ctrl.Result{}, nil
+	case bootstrap.StateStarted:
+		r.markBootstrapFailed(machine, "The bootstrap started earlier and did not finish (interrupted or failed); it is not run twice", nil)
+		return ctrl.Result{}, nil
+	}
+	return r.bootstrap(ctx, s)
+}
+
+// bootstrap runs the bootstrap data in the container. Its first step records the start and its
+// last writes the sentinel, which the next reconcile reads instead of running it again.
+func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	machine := s.machine
+	pool, machinePool, err := r.poolOf(ctx, machine)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	name := ptr.Deref(machinePool.Spec.Template.Spec.Bootstrap.DataSecretName, "")
+	if name == "" {
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.WaitingForBootstrapDataReason, "Waiting for the MachinePool's bootstrap data"))
+		return ctrl.Result{}, nil
+	}
+	data, err := bootstrap.Read(ctx, r.APIReader, machine.Namespace, name)
+	if err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to read bootstrap data")
+	}
+	commands, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: machine.Name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
+	if err != nil {
+		r.markBootstrapFailed(machine, "The bootstrap data cannot be run: "+err.Error(), nil)
+		return ctrl.Result{}, nil
+	}
+
+	timeout := DefaultBootstrapTimeout
+	if t := pool.Spec.Template.BootstrapTimeout; t != nil && t.Duration > 0 {
+		timeout = t.Duration
+	}
+	bootstrapCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	if err := r.preloadImages(bootstrapCtx, machine.Name, pool.Spec.Template.PreLoadImages); err != nil {
+		r.markBootstrapFailed(machine, "Loading images failed: "+err.Error(), nil)
+		return ctrl.Result{}, nil
+	}
+
+	log.Info("Bootstrapping container", "container", machine.Name)
+	start := time.Now()
+	for _, cmd := range commands {
+		res, err := r.Runtime.Exec(bootstrapCtx, machine.Name, cmd.Argv, stdinOf(cmd.Stdin))
+		if err != nil {
+			if bootstrapCtx.Err() != nil {
+				err = errors.Errorf("bootstrap did not finish within %s", timeout)
+			}
+			r.markBootstrapFailed(machine, "Bootstrap step "+cmd.Step+": "+err.Error(), nil)
+			return ctrl.Result{}, nil
+		}
+		if res.ExitCode != 0 {
+			r.markBootstrapFailed(machine, "Bootstrap step "+cmd.Step+" exited with code "+itoa(res.ExitCode), &res)
+			return ctrl.Result{}, nil
+		}
+	}
+	if machine.Labels == nil {
+		machine.Labels = map[string]string{}
+	}
+	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
+	r.markProvisioned(machine)
+	log.Info("Bootstrapped container", "container", machine.Name, "duration", time.Since(start).Round(time.Millisecond).String())
+	r.event(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s in %s", machine.Name, time.Since(start).Round(time.Millisecond))
+	return ctrl.Result{}, nil
+}
+
+func (r *DockerMachinePoolMachineReconciler) preloadImages(ctx context.Context, name string, images []string) error {
+	if len(images) == 0 {
+		return nil
+	}
+	archive, err := r.Runtime.SaveImages(ctx, images)
+	if err != nil {
+		return err
+	}
+	defer archive.Close()
+	res, err := r.Runtime.Exec(ctx, name, container.ImportImagesCommand(), archive)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return errors.Errorf("importing images exited with code %d: %s", res.ExitCode, tail(res.Stderr))
+	}
+	return nil
+}
+
+func (r *DockerMachinePoolMachineReconciler) markProvisioned(machine *infrav1.DockerMachinePoolMachine) {
+	machine.Status.Initialization.Provisioned = ptr.To(true)
+	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, true, infrav1.ContainerProvisionedReason, ""))
+}
+
+// markBootstrapFailed reports a failed bootstrap with the tail of its output: the output of
+// kubeadm and friends, never the bootstrap data itself.
+func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav1.DockerMachinePoolMachine, msg string, res *container.ExecResult) {
+	if res != nil {
+		msg += ": " + tail(append(append([]byte{}, res.Stdout...), res.Stderr...))
+	}
+	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrapFailedReason, msg))
+	r.event(machine, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, "Bootstrap of container %s failed: %s", machine.Name, msg)
+}
+
+// poolOf returns the DockerMachinePool a machine belongs to and its MachinePool.
+func (r *DockerMachinePoolMachineReconciler) poolOf(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (*infrav1.DockerMachinePool, *clusterv1.MachinePool, error) {
+	for _, ref := range machine.OwnerReferences {
+		if ref.Kind != "DockerMachinePool" {
+			continue
+		}
+		pool := &infrav1.DockerMachinePool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: machine.Namespace, Name: ref.Name}, pool); err != nil {
+			return nil, nil, errors.Wrapf(err, "failed to get DockerMachinePool %s", klog.KRef(machine.Namespace, ref.Name))
+		}
+		machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
+		if err != nil || machinePool == nil {
+			return nil, nil, errors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
+		}
+		return pool, machinePool, nil
+	}
+	return nil, nil, errors.Errorf("DockerMachinePoolMachine %s has no DockerMachinePool owner", klog.KObj(machine))
+}
+
+func (r *DockerMachinePoolMachineReconciler) event(obj client.Object, eventType, reason, format string, args ...any) {
+	if r.recorder != nil {
+		r.recorder.Eventf(obj, eventType, reason, format, args...)
+	}
+}
+
+func addressesOf(c container.Container) []clusterv1.MachineAddress {
+	out := []clusterv1.MachineAddress{{Type: clusterv1.MachineHostName, Address: c.Name}}
+	if c.IPv4 != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: c.IPv4})
+	}
+	if c.IPv6 != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: c.IPv6})
+	}
+	return out
+}
+
+// stdinOf returns nil, not a nil *bytes.Reader, when there is no input: Exec tells the two apart.
+func stdinOf(b []byte) io.Reader {
+	if b == nil {
+		return nil
+	}
+	return bytes.NewReader(b)
+}
+
+// tail keeps the end of a command's output, where errors are, within an event's size.
+func tail(out []byte) string {
+	const limit = 1024
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return string(bytes.TrimSpace(out))
+}

@@ -1,0 +1,123 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/container"
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+)
+
+func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
+	const name = "workers-abcde"
+	tests := []struct {
+		name            string
+		noContainer     bool
+		stopped         bool
+		sentinelExit    int
+		failStep        string // exit 1 for the step whose argv contains this
+		wantProvisioned bool
+		wantReason      string
+		wantBootstrap   bool // the join command ran
+	}{
+		{name: "fresh container: runs the bootstrap once and records it", sentinelExit: 80, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason, wantBootstrap: true},
+		{name: "already bootstrapped (sentinel): not run again", sentinelExit: 0, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
+		{name: "bootstrap started and never finished: failed, not run twice", sentinelExit: 81, wantReason: infrav1.BootstrapFailedReason},
+		{name: "a failing step: failed with the step named", sentinelExit: 80, failStep: "kubeadm join", wantReason: infrav1.BootstrapFailedReason, wantBootstrap: true},
+		{name: "container gone", noContainer: true, wantReason: infrav1.ContainerNotFoundReason},
+		{name: "container stopped", stopped: true, wantReason: infrav1.ContainerNotRunningReason},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
+			objs := w.objects()
+			objs = append(objs, &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
+				Namespace: testNamespace, Name: name,
+				Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "DockerMachinePool", Name: testPool, UID: "pool-uid"}},
+				Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
+			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
+			rt := fakeruntime.New()
+			if !tt.noContainer {
+				c := nodeContainer(g, name, "v1.31.0", time.Now())
+				c.Running = !tt.stopped
+				rt.Add(c)
+			}
+			joined := false
+			rt.ExecHandler = func(_ container.Container, cmd []string, _ []byte) (container.ExecResult, error) {
+				joined = joined || containsArg(cmd, "kubeadm join")
+				if slices.Equal(cmd, bootstrap.SentinelCheck().Argv) {
+					return container.ExecResult{ExitCode: tt.sentinelExit}, nil
+				}
+				if tt.failStep != "" && containsArg(cmd, tt.failStep) {
+					return container.ExecResult{ExitCode: 1, Stderr: []byte("error execution phase preflight")}, nil
+				}
+				return container.ExecResult{}, nil
+			}
+			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
+				WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}).Build()
+			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt}
+
+			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
+			g.Expect(err).ToNot(HaveOccurred())
+
+			m := &infrav1.DockerMachinePoolMachine{}
+			g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
+			g.Expect(ptr.Deref(m.Status.Initialization.Provisioned, false)).To(Equal(tt.wantProvisioned))
+			cond := conditions.Get(m, infrav1.ContainerProvisionedCondition)
+			g.Expect(cond).ToNot(BeNil())
+			g.Expect(cond.Reason).To(Equal(tt.wantReason), cond.Message)
+			g.Expect(joined).To(Equal(tt.wantBootstrap))
+			if tt.failStep != "" {
+				g.Expect(cond.Message).To(ContainSubstring("error execution phase preflight"))
+				g.Expect(cond.Message).ToNot(ContainSubstring("0123456789abcdef"), "bootstrap secrets never reach conditions")
+			}
+			g.Expect(conditions.Get(m, infrav1.ReadyCondition)).ToNot(BeNil())
+		})
+	}
+}
+
+func TestDockerMachinePoolMachineDelete(t *testing.T) {
+	g := NewWithT(t)
+	const name = "workers-gone1"
+	now := metav1.Now()
+	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
+	objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
+		Namespace: testNamespace, Name: name, DeletionTimestamp: &now,
+		Labels:     map[string]string{clusterv1.ClusterNameLabel: testCluster},
+		Finalizers: []string{infrav1.MachinePoolMachineFinalizer},
+	}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
+	rt := fakeruntime.New()
+	rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
+	rt.Add(nodeContainer(g, "someone-elses", "v1.31.0", time.Now()))
+	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
+		WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).Build()
+	r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt}
+
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(rt.Containers()).To(HaveLen(1))
+	g.Expect(rt.Containers()[0].Name).To(Equal("someone-elses"))
+	// The finalizer is gone, so the object is.
+	err = c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, &infrav1.DockerMachinePoolMachine{})
+	g.Expect(err).To(HaveOccurred())
+}
+
+func containsArg(cmd []string, s string) bool {
+	return slices.ContainsFunc(cmd, func(arg string) bool { return strings.Contains(arg, s) })
+}
