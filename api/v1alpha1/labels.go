@@ -6,8 +6,10 @@ const (
 	// the version that instance really runs. It is what the version-skew gate reads.
 	KubernetesVersionLabel = "infrastructure.capdmp.dev/kubernetes-version"
 
-	// BootstrapDataHashLabel records on a container the sha256 of the bootstrap data it was created
-	// with, so that stale data can be told apart from fresh without keeping a copy.
+	// BootstrapDataHashLabel records on a container the sha256 (hex) of the bootstrap data it was
+	// created with, so that stale data can be told apart from fresh without keeping a copy. On a
+	// DockerMachinePoolMachine, whose label values are limited to 63 characters, it holds the
+	// first 32 hex digits of the data its container was bootstrapped with.
 	BootstrapDataHashLabel = "infrastructure.capdmp.dev/bootstrap-data-hash"
 
 	// ClusterNameLabel is set on every container with the name of the Cluster it belongs to.
