@@ -45,6 +45,7 @@ const DefaultContainerSyncPeriod = time.Minute
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigs,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
 // DockerMachinePoolReconciler reconciles DockerMachinePools: it creates and removes the pool's
 // containers, pauses new-version containers while the control plane is older (pkg/skew), and keeps
