@@ -1,0 +1,174 @@
+package webhooks
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+)
+
+// envtestAssets is the directory with kube-apiserver and etcd: KUBEBUILDER_ASSETS (make test sets
+// it), else bin/envtest. Without them the test is skipped outside make.
+func envtestAssets(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	dir := filepath.Join("..", "..", "bin", "envtest")
+	for _, binary := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, binary)); err != nil {
+			t.Skipf("no %s in %s: run make envtest-binaries (make test does)", binary, dir)
+		}
+	}
+	return dir
+}
+
+// TestWebhooksOnAPIServer installs the generated CRDs and webhook configurations into a real API
+// server, serves the webhooks from a manager, and checks what users and Cluster API's topology
+// controller see: defaults stored, invalid objects refused with field paths, templates immutable
+// except in the topology controller's server-side apply dry runs.
+func TestWebhooksOnAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: envtestAssets(t),
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("..", "..", "config", "webhook")}},
+	}
+	cfg, err := env.Start()
+	g.Expect(err).ToNot(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+
+	scheme := runtime.NewScheme()
+	g.Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	g.Expect(infrav1.AddToScheme(scheme)).To(Succeed())
+
+	wio := env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	})
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(SetupWebhooksWithManager(mgr)).To(Succeed())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	managerDone := make(chan error, 1)
+	go func() { managerDone <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-managerDone
+	})
+	address := net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort))
+	g.Eventually(func() error {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", address, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of the test's own server
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	g.Expect(err).ToNot(HaveOccurred())
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "webhooks"}}
+	g.Expect(c.Create(ctx, namespace)).To(Succeed())
+
+	t.Run("a DockerMachinePool is stored with its defaults", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: namespace.Name}}
+		g.Expect(c.Create(ctx, pool)).To(Succeed())
+		stored := &infrav1.DockerMachinePool{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pool), stored)).To(Succeed())
+		g.Expect(stored.Spec.Template.BootstrapTimeout).To(Equal(&metav1.Duration{Duration: DefaultBootstrapTimeout}))
+	})
+
+	t.Run("an invalid DockerMachinePool is refused with the field path", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := &infrav1.DockerMachinePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "invalid", Namespace: namespace.Name},
+			Spec: infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{
+				CustomImage: "kindest/node:latest",
+				ExtraMounts: []infrav1.Mount{{ContainerPath: "/a", HostPath: "/x"}, {ContainerPath: "/a", HostPath: "/y"}},
+			}},
+		}
+		err := c.Create(ctx, pool)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(And(ContainSubstring("spec.template.customImage"), ContainSubstring("spec.template.extraMounts[1].containerPath")))
+	})
+
+	t.Run("a DockerMachinePoolTemplate changes only in the topology controller's dry runs", func(t *testing.T) {
+		g := NewWithT(t)
+		template := &infrav1.DockerMachinePoolTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: namespace.Name},
+			Spec: infrav1.DockerMachinePoolTemplateSpec{Template: infrav1.DockerMachinePoolTemplateResource{
+				Spec: infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:v1.34.1"}},
+			}},
+		}
+		g.Expect(c.Create(ctx, template)).To(Succeed())
+		g.Expect(template.Spec.Template.Spec.Template.BootstrapTimeout).ToNot(BeNil(), "defaulted on create")
+
+		changed := template.DeepCopy()
+		changed.Spec.Template.Spec.Template.CustomImage = "kindest/node:v1.35.0"
+		err := c.Update(ctx, changed)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("spec.template.spec: Forbidden"))
+
+		// What the topology controller sends to compute a diff: a server-side apply dry run of the
+		// desired object, marked with the dry-run annotation.
+		apply := func(annotations map[string]string, opts ...client.ApplyOption) error {
+			desired := &unstructured.Unstructured{}
+			desired.SetAPIVersion(infrav1.GroupVersion.String())
+			desired.SetKind("DockerMachinePoolTemplate")
+			desired.SetNamespace(template.Namespace)
+			desired.SetName(template.Name)
+			desired.SetAnnotations(annotations)
+			g.Expect(unstructured.SetNestedField(desired.Object, "kindest/node:v1.35.0", "spec", "template", "spec", "template", "customImage")).To(Succeed())
+			return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired), append(opts, client.FieldOwner("capi-topology"), client.ForceOwnership)...)
+		}
+		dryRunAnnotation := map[string]string{clusterv1.TopologyDryRunAnnotation: ""}
+		g.Expect(apply(dryRunAnnotation, client.DryRunAll)).To(Succeed())
+
+		err = apply(nil, client.DryRunAll)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "a dry run without the annotation is checked: got %v", err)
+		err = apply(dryRunAnnotation)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the annotation outside a dry run is checked: got %v", err)
+
+		stored := &infrav1.DockerMachinePoolTemplate{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(template), stored)).To(Succeed())
+		g.Expect(stored.Spec.Template.Spec.Template.CustomImage).To(Equal("kindest/node:v1.34.1"), "dry runs store nothing")
+	})
+
+	t.Run("a DockerMachinePoolMachine keeps its provider ID", func(t *testing.T) {
+		g := NewWithT(t)
+		machine := &infrav1.DockerMachinePoolMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: "pool-abcde", Namespace: namespace.Name},
+			Spec:       infrav1.DockerMachinePoolMachineSpec{ProviderID: "docker:////pool-abcde"},
+		}
+		g.Expect(c.Create(ctx, machine)).To(Succeed())
+		machine.Spec.ProviderID = "docker:////pool-fghij"
+		err := c.Update(ctx, machine)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("spec.providerID: Forbidden"))
+	})
+}
