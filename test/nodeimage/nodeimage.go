@@ -73,7 +73,7 @@ func Build(ctx context.Context, o Options) error {
 	start := time.Now()
 	logf := func(format string, args ...any) {
 		if o.Log != nil {
-			fmt.Fprintf(o.Log, "[nodeimage] "+format+"\n", args...)
+			_, _ = fmt.Fprintf(o.Log, "[nodeimage] "+format+"\n", args...)
 		}
 	}
 	versions := o.Versions
@@ -92,7 +92,7 @@ func Build(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := populateRootfs(ctx, rootfs, o.Busybox, logf); err != nil {
 		return err
@@ -264,7 +264,7 @@ func findBusybox(ctx context.Context, given string, logf func(string, ...any)) (
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	download := exec.CommandContext(ctx, "apt-get", "download", "busybox-static")
 	download.Dir = tmp
 	if out, err := download.CombinedOutput(); err != nil {
@@ -287,7 +287,7 @@ func checkStatic(path string) error {
 	if err != nil {
 		return fmt.Errorf("busybox %s: %w", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			return fmt.Errorf("busybox %s is dynamically linked; the image needs Debian's busybox-static", path)

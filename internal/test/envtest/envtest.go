@@ -169,7 +169,7 @@ func BinaryAssetsDirectory(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
+	defer func() { _ = lock.Close() }()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("locking bin/.envtest.lock: %w", err)
 	}

@@ -42,7 +42,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(env.Stderr, "error: %v\n", err)
+	_, _ = fmt.Fprintf(env.Stderr, "error: %v\n", err)
 	if exitError, ok := errors.AsType[*ExitError](err); ok {
 		return exitError.Code
 	}
@@ -108,12 +108,12 @@ func version(args []string, env Env) error {
 	}
 	switch output {
 	case "short":
-		fmt.Fprintln(env.Stdout, gitVersion)
+		_, _ = fmt.Fprintln(env.Stdout, gitVersion)
 	case "json":
 		b, _ := json.MarshalIndent(map[string]any{"clientVersion": info}, "", "  ")
-		fmt.Fprintln(env.Stdout, string(b))
+		_, _ = fmt.Fprintln(env.Stdout, string(b))
 	case "":
-		fmt.Fprintf(env.Stdout, "kubeadm version: &version.Info{Major:%q, Minor:%q, GitVersion:%q, GitCommit:\"capdmp-stub\", GitTreeState:\"clean\", Compiler:\"gc\"}\n",
+		_, _ = fmt.Fprintf(env.Stdout, "kubeadm version: &version.Info{Major:%q, Minor:%q, GitVersion:%q, GitCommit:\"capdmp-stub\", GitTreeState:\"clean\", Compiler:\"gc\"}\n",
 			info["major"], info["minor"], gitVersion)
 	default:
 		return exitErr(ExitUsage, "kubeadm version: unsupported output format %q (short, json)", output)
@@ -170,7 +170,7 @@ func join(ctx context.Context, args []string, env Env) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(env.Stderr, "[stub] ignoring --skip-phases\n")
+			_, _ = fmt.Fprintf(env.Stderr, "[stub] ignoring --skip-phases\n")
 			continue
 		}
 		if !strings.HasPrefix(a, "-") {
@@ -187,7 +187,7 @@ func join(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	hostname, _ := env.Hostname()
-	fmt.Fprintf(env.Stdout, "[stub] kubeadm v%s (CAPDMP test node image): join --config %s\n", v, configPath)
+	_, _ = fmt.Fprintf(env.Stdout, "[stub] kubeadm v%s (CAPDMP test node image): join --config %s\n", v, configPath)
 	return Join(ctx, JoinOptions{
 		ConfigPath:              configPath,
 		IgnorePreflightErrors:   ignore,

@@ -76,7 +76,7 @@ const stubAnnotation = "test.capdmp.dev/stub-kubelet"
 // would (with the token: the test cluster grants the bootstrappers group what the kubelet's
 // client certificate would get through the CSR flow), and mark it Ready.
 func Join(ctx context.Context, o JoinOptions) error {
-	logf := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
+	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(o.Out, format+"\n", args...) }
 
 	logf("[preflight] Reading configuration from the %q file", o.ConfigPath)
 	data, err := os.ReadFile(o.ConfigPath)
@@ -328,7 +328,7 @@ func (c *apiClient) do(ctx context.Context, method, path, contentType string, bo
 	if err != nil {
 		return 0, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, b, nil
 }
