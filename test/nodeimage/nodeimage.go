@@ -240,10 +240,13 @@ func goBuild(ctx context.Context, rootfs string, pkgs ...string) (string, error)
 	return out, nil
 }
 
+// hostBusyboxPaths are where Debian installs busybox-static.
+var hostBusyboxPaths = []string{"/bin/busybox", "/usr/bin/busybox"}
+
 // findBusybox returns a static busybox: the given path, BUSYBOX, the host's, or one extracted from
 // Debian's busybox-static package into the cache.
 func findBusybox(ctx context.Context, given string, logf func(string, ...any)) (string, error) {
-	candidates := []string{given, os.Getenv("BUSYBOX"), "/bin/busybox", "/usr/bin/busybox"}
+	candidates := append([]string{given, os.Getenv("BUSYBOX")}, hostBusyboxPaths...)
 	cache := filepath.Join(cacheDir(), "nodeimage", "busybox-static")
 	candidates = append(candidates, filepath.Join(cache, "bin", "busybox"))
 	for _, c := range candidates {
