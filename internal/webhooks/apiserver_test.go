@@ -78,7 +78,9 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 	go func() { managerDone <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-managerDone
+		if err := <-managerDone; err != nil {
+			t.Errorf("manager: %v", err)
+		}
 	})
 	address := net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort))
 	g.Eventually(func() error {
