@@ -135,6 +135,11 @@ func Build(ctx context.Context, o Options) error {
 		tags = append(tags, img.tag)
 	}
 	logf("loaded %s in %s (total %s)", strings.Join(tags, " "), time.Since(t).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	// Images of an older recipe lost their tags to the new ones: remove those that no container
+	// uses. Only untagged images with our label are touched.
+	if _, err := dockerengine.Docker(ctx, host, nil, "image", "prune", "--force", "--filter", "label="+RecipeLabel); err != nil {
+		logf("warning: could not remove the untagged images of older recipes: %v", err)
+	}
 	return nil
 }
 
