@@ -59,6 +59,7 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) {
 	}
 	// The pool can host containers once it has been inventoried; the contract makes this one-way.
 	pool.Status.Initialization.Provisioned = ptr.To(true)
+	pool.Status.Ready = true
 
 	desired := s.desiredReplicas()
 	switch {

@@ -97,6 +97,14 @@ type DockerMachinePoolStatus struct {
 	// +optional
 	Initialization DockerMachinePoolInitializationStatus `json:"initialization,omitempty,omitzero"`
 
+	// ready mirrors initialization.provisioned for Cluster API v1.14's MachinePool controller,
+	// which still reads the v1beta1 field status.ready of an InfraMachinePool (external.IsReady)
+	// although the v1beta2 contract names initialization.provisioned.
+	//
+	// Deprecated: read initialization.provisioned; this field goes when Cluster API stops reading it.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
 	// replicas is the number of containers of the pool.
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`

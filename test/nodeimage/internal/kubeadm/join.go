@@ -422,11 +422,17 @@ func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []Taint
 		},
 		Spec: nodeSpec{ProviderID: providerID, Taints: taints},
 		Status: &nodeStatus{
-			Conditions: []map[string]string{{
-				"type": "Ready", "status": "True", "reason": "KubeletReady",
-				"message":           "stub kubelet of the CAPDMP test node image is posting ready status",
-				"lastHeartbeatTime": now, "lastTransitionTime": now,
-			}},
+			// The conditions a kubelet posts; Cluster API's NodeHealthy needs all four.
+			Conditions: []map[string]string{
+				{"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "lastHeartbeatTime": now, "lastTransitionTime": now},
+				{"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure", "lastHeartbeatTime": now, "lastTransitionTime": now},
+				{"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID", "lastHeartbeatTime": now, "lastTransitionTime": now},
+				{
+					"type": "Ready", "status": "True", "reason": "KubeletReady",
+					"message":           "stub kubelet of the CAPDMP test node image is posting ready status",
+					"lastHeartbeatTime": now, "lastTransitionTime": now,
+				},
+			},
 			NodeInfo: map[string]string{
 				"kubeletVersion":          kubeletVersion,
 				"operatingSystem":         "linux",
