@@ -175,7 +175,8 @@ DOCKERFILE
 }
 
 # lb_image_build TAG BASE: haproxy from Debian (2.6) with its libraries, busybox for the mkdir,
-# cp and cat CAPD runs in it to write and read back its configuration, FROM scratch.
+# cp and cat CAPD runs in it to write and read back its configuration, FROM scratch; `haproxy` on
+# PATH is node/haproxy-wrapper, which fits maxconn to the container's file descriptor limit.
 lb_image_build() {
   local tag="$1" base="$2" ctx; ctx="$(mktemp -d)"
   mkdir -p "${ctx}/debs"
@@ -185,7 +186,6 @@ lb_image_build() {
 # once control-plane nodes exist, then sends SIGHUP (haproxy -W reloads on it).
 global
   log stdout format raw local0
-  maxconn 100000
 
 defaults
   log global
@@ -200,16 +200,18 @@ frontend stats
   stats enable
   stats uri /stats
 CFG
+  cp "${NODE_IMAGES_DIR}/node/haproxy-wrapper" "${ctx}/haproxy-wrapper"
   cat >"${ctx}/Dockerfile" <<DOCKERFILE
 FROM ${base} AS tools
 COPY debs/ /debs/
-COPY haproxy.cfg /haproxy.cfg
+COPY haproxy.cfg haproxy-wrapper /
 RUN set -eux; mkdir /pkgs /out; for d in /debs/*.deb; do dpkg-deb -x "\$d" /pkgs; done; \
     cp -a /pkgs/usr/. /usr/; \
     /usr/local/share/capdmp/collect-files.sh /out /usr/sbin/haproxy; \
     install -D -m 0755 /pkgs/bin/busybox /out/bin/busybox; \
     for a in sh mkdir cp cat ls rm mv kill ps; do ln -s busybox "/out/bin/\$a"; done; \
     install -D -m 0644 /haproxy.cfg /out/usr/local/etc/haproxy/haproxy.cfg; \
+    install -D -m 0755 /haproxy-wrapper /out/usr/local/sbin/haproxy; \
     mkdir -p /out/run /out/tmp /out/var/lib/haproxy
 FROM scratch
 COPY --from=tools /out/ /
@@ -234,8 +236,7 @@ preload() {
     docker exec "${cid}" ctr version >/dev/null 2>&1 && break
     sleep 0.5
   done
-  docker save "$@" | docker exec -i "${cid}" ctr -n k8s.io images import --no-unpack --all-platforms \
-    --digests --label=io.cri-containerd.pinned=pinned -
+  docker save "$@" | docker exec -i "${cid}" ctr -n k8s.io images import --no-unpack --all-platforms -
   local listed missing=()
   listed="$(docker exec "${cid}" ctr -n k8s.io images ls -q)"
   for i in "$@"; do grep -qx "${i}" <<<"${listed}" || missing+=("${i}"); done
@@ -250,6 +251,7 @@ preload() {
 save_image() {
   local image="$1" file="$2"
   [[ "${NODE_IMAGES_SAVE}" == "true" ]] || return 0
+  mkdir -p "$(dirname "${file}")"
   rm -f "${file%-*}"-*.tar
   docker save -o "${file}.tmp" "${image}"
   mv "${file}.tmp" "${file}"
@@ -328,6 +330,18 @@ DOCKERFILE
   step "${node}: save to cache" save_image "${node}" "${file}"
 }
 
+# prune_stale_images: removes base and root filesystem images of other recipes (their layers are
+# shared with nothing current).
+prune_stale_images() {
+  local keep_base="$1" keep_rootfs="$2" ref
+  for ref in $(docker images --format '{{.Repository}}:{{.Tag}}' capdmp/node-base) \
+    $(docker images --format '{{.Repository}}:{{.Tag}}' capdmp/node-rootfs); do
+    if [[ "${ref}" != "${keep_base}" && "${ref}" != "${keep_rootfs}" ]]; then
+      docker rmi "${ref}" >/dev/null 2>&1 && log "removed stale image ${ref}" || true
+    fi
+  done
+}
+
 build_all() {
   local start=${SECONDS}
   RECIPE="$(recipe_hash)"
@@ -346,6 +360,7 @@ build_all() {
   build_lb
   local v
   for v in "${VERSIONS[@]}"; do build_version "${v}"; done
+  prune_stale_images "${BASE_IMAGE}" "${rootfs}"
   log "done in $((SECONDS - start))s: $(printf 'kindest/node:%s ' "${VERSIONS[@]}")$(lb_image)"
 }
 

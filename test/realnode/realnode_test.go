@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -155,8 +156,22 @@ func (c *cluster) smoke() {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() (string, error) {
 		return c.kubectl("get", "pod", "smoke", "-o", "jsonpath={.status.phase} {.spec.nodeName} {.status.podIP}")
-	}, 2*time.Minute, 2*time.Second).Should(MatchRegexp(`^Running `+regexp.QuoteMeta(c.worker)+` 10\.244\.`), "pod running on the worker")
+	}, 2*time.Minute, 2*time.Second).Should(MatchRegexp(`^Running `+regexp.QuoteMeta(c.worker)+` \d`), "pod running on the worker")
 	step("pod running on the worker")
+
+	// The pod network: the pod's address is in the worker's podCIDR, and the control-plane node
+	// routes that podCIDR through the worker.
+	workerCIDR, err := c.kubectl("get", "node", c.worker, "-o", "jsonpath={.spec.podCIDR}")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, cidr, err := net.ParseCIDR(strings.TrimSpace(workerCIDR))
+	g.Expect(err).NotTo(HaveOccurred(), "worker podCIDR %q", workerCIDR)
+	podIP, err := c.kubectl("get", "pod", "smoke", "-o", "jsonpath={.status.podIP}")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cidr.Contains(net.ParseIP(strings.TrimSpace(podIP)))).To(BeTrue(), "pod IP %s in the worker's podCIDR %s", podIP, cidr)
+	g.Eventually(func() (string, error) {
+		return c.execOut(c.controlPlane, "", "ip", "route", "show", cidr.String())
+	}, time.Minute, 2*time.Second).Should(ContainSubstring("via "+c.ip(c.worker)), "control plane routes the worker's pods")
+	step("pod network: pod IP in the worker's podCIDR " + cidr.String() + ", routed from the control plane")
 
 	if skipPhases == "" {
 		g.Eventually(func() (string, error) {
@@ -379,6 +394,13 @@ kubernetesVersion: %s
 controlPlaneEndpoint: %s:6443
 networking:
   podSubnet: %s
+---
+# What CAPD's cloud-init adapter appends to every kubeadm init configuration: kube-proxy must not
+# set nf_conntrack_max, a host-wide setting.
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+conntrack:
+  maxPerCore: 0
 `
 
 const joinConfig = `apiVersion: kubeadm.k8s.io/v1beta4
