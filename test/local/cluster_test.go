@@ -272,9 +272,13 @@ func (c *testCluster) cleanup() {
 	ctx := context.Background()
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name}}
 	_ = mgmt.Delete(ctx, cluster)
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	deadline := time.Now().Add(time.Minute)
+	for {
 		if err := mgmt.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("Cluster %s/%s still exists a minute after its deletion", c.namespace, c.name)
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
