@@ -50,7 +50,10 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	c := &testCluster{t: t, namespace: names.SimpleNameGenerator.GenerateName("local-"), name: "c"}
+	// The workload API server is shared by the scenarios: a name of its own per cluster keeps the
+	// Nodes of one from being read as another's.
+	namespace := names.SimpleNameGenerator.GenerateName("local-")
+	c := &testCluster{t: t, namespace: namespace, name: namespace}
 	g.Expect(mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})).To(Succeed())
 
 	cluster := &clusterv1.Cluster{
@@ -300,12 +303,14 @@ type monitor struct {
 	mu         sync.Mutex
 	violations []string
 	samples    int
-	stop       chan struct{}
-	done       chan struct{}
+	// seen are the names of every container the pool had while sampled: their Nodes are its own.
+	seen map[string]bool
+	stop chan struct{}
+	done chan struct{}
 }
 
 func (c *testCluster) startMonitor(interval time.Duration) *monitor {
-	m := &monitor{c: c, interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &monitor{c: c, interval: interval, stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]bool{}}
 	go m.run()
 	return m
 }
@@ -350,9 +355,11 @@ func (m *monitor) run() {
 				running = append(running, ct.Name+"="+v)
 			}
 		}
-		prefix := m.c.key().Name + "-"
+		for _, ct := range containers {
+			m.seen[ct.Name] = true
+		}
 		for _, n := range nodes.Items {
-			if strings.HasPrefix(n.Name, prefix) {
+			if m.seen[n.Name] {
 				running = append(running, "node/"+n.Name+"="+n.Status.NodeInfo.KubeletVersion)
 			}
 		}

@@ -103,7 +103,10 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer func() { managerStop() }()
-	return m.Run()
+	code := m.Run()
+	// The suite's verdict on the mission, in the form CI reads.
+	fmt.Printf("skew-violations: %d\n", skewViolationsTotal)
+	return code
 }
 
 // startManager runs a manager with Cluster API's reconcilers and CAPDMP's, as a management
