@@ -11,6 +11,9 @@
 #   NODE_IMAGES_COREDNS=false          skip CoreDNS (the kubeadm addon/coredns phase must be skipped)
 #   NODE_IMAGES_SAVE=false             do not keep `docker save` tarballs of the images in the cache
 #   CRICTL_VERSION                     default v1.37.0
+#   NODE_IMAGES_ETCD_VERSION           build this etcd once and carry it under every etcd tag
+#                                      kubeadm names (default: the version each tag names)
+#   NODE_IMAGES_COREDNS_VERSION        the same for CoreDNS (default: each tag's version)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "${NODE_IMAGES_DIR}/kube-binaries.sh"
@@ -46,7 +49,7 @@ recipe_hash() {
   {
     (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' -print0 | sort -z | xargs -0 sha256sum)
     sha256sum "${REPO_ROOT}/hack/runc-wrapper" | cut -d' ' -f1
-    echo "${CRICTL_VERSION} ${NODE_IMAGES_COREDNS} $(go version)"
+    echo "${CRICTL_VERSION} ${NODE_IMAGES_COREDNS} ${NODE_IMAGES_ETCD_VERSION:-} ${NODE_IMAGES_COREDNS_VERSION:-} $(go version)"
   } | sha256sum | cut -c1-12
 }
 
@@ -273,19 +276,18 @@ use_cached() {
 
 kubeadm_images() { "$1" config images list --kubernetes-version "$2"; }
 
+lb_file() { echo "${IMAGE_CACHE}/$(tr '/:' '__' <<<"$(lb_image)")-${RECIPE}.tar"; }
+node_file() { echo "${IMAGE_CACHE}/kindest_node_$1-${RECIPE}.tar"; }
+
 build_lb() {
-  local lb; lb="$(lb_image)"
-  local file="${IMAGE_CACHE}/$(tr '/:' '__' <<<"${lb}")-${RECIPE}.tar"
-  use_cached "${lb}" "${file}" && return 0
+  local lb file; lb="$(lb_image)"; file="$(lb_file)"
   step "load balancer image ${lb}" lb_image_build "${lb}" "${BASE_IMAGE}"
   step "${lb}: save to cache" save_image "${lb}" "${file}"
 }
 
 build_version() {
   local v="$1"
-  local node="kindest/node:${v}"
-  local file="${IMAGE_CACHE}/kindest_node_${v}-${RECIPE}.tar"
-  use_cached "${node}" "${file}" && return 0
+  local node="kindest/node:${v}" file; file="$(node_file "${v}")"
 
   local bin; bin="$(kube_binaries "${v}")"
   local images; images="$(kubeadm_images "${bin}/kubeadm" "${v}")"
@@ -298,14 +300,18 @@ build_version() {
       kube-proxy)
         step "${ref}: image" kube_proxy_image "${ref}" "${bin}/kube-proxy" "${BASE_IMAGE}" ;;
       etcd)
-        local etcd; etcd="$(cached_go_binary "etcd-v${tag%-*}" "$(go_tools_hash)" build_etcd "v${tag%-*}")"
+        local ev="${NODE_IMAGES_ETCD_VERSION:-v${tag%-*}}"
+        [[ "${ev}" == "v${tag%-*}" ]] || log "${ref} carries etcd ${ev} (NODE_IMAGES_ETCD_VERSION)"
+        local etcd; etcd="$(cached_go_binary "etcd-${ev}" "$(go_tools_hash)" build_etcd "${ev}")"
         step "${ref}: image" component_image "${ref}" "${etcd}" etcd ;;
       pause)
         pause_image="${ref}"
         step "${ref}: image" component_image "${ref}" "${PAUSE_BIN}" pause ;;
       coredns)
         if [[ "${NODE_IMAGES_COREDNS}" != "true" ]]; then log "${ref}: skipped (NODE_IMAGES_COREDNS=false)"; continue; fi
-        local coredns; coredns="$(cached_go_binary "coredns-${tag}" "$(go_tools_hash)" build_coredns "${tag}")"
+        local cv="${NODE_IMAGES_COREDNS_VERSION:-${tag}}"
+        [[ "${cv}" == "${tag}" ]] || log "${ref} carries CoreDNS ${cv} (NODE_IMAGES_COREDNS_VERSION)"
+        local coredns; coredns="$(cached_go_binary "coredns-${cv}" "$(go_tools_hash)" build_coredns "${cv}")"
         step "${ref}: image" component_image "${ref}" "${coredns}" coredns ;;
       *) die "kubeadm ${v} names an image this recipe does not know: ${ref}" ;;
     esac
@@ -348,6 +354,16 @@ build_all() {
   log "recipe ${RECIPE}; versions: ${VERSIONS[*]}; cache: ${NODE_IMAGES_CACHE}"
   mkdir -p "${IMAGE_CACHE}" "${BIN_CACHE}"
   ensure_docker
+  # What Docker has for this recipe, or the cache can load, is not built again.
+  local missing=() lb_missing=false v
+  use_cached "$(lb_image)" "$(lb_file)" || lb_missing=true
+  for v in "${VERSIONS[@]}"; do
+    use_cached "kindest/node:${v}" "$(node_file "${v}")" || missing+=("${v}")
+  done
+  if [[ "${lb_missing}" == "false" && ${#missing[@]} -eq 0 ]]; then
+    log "done in $((SECONDS - start))s: $(printf 'kindest/node:%s ' "${VERSIONS[@]}")$(lb_image)"
+    return 0
+  fi
   # Cheap and shared by every version.
   CRICTL_BIN="$(cached_go_binary "crictl-${CRICTL_VERSION}" "$(go_tools_hash)" build_crictl)"
   PAUSE_BIN="$(cached_go_binary pause "$(go_tools_hash)-$(sha256sum "${NODE_IMAGES_DIR}/cmd/pause/main.go" | cut -c1-8)" build_pause)"
@@ -357,9 +373,8 @@ build_all() {
   if ! image_exists "${BASE_IMAGE}"; then
     step "node base image ${BASE_IMAGE}" build_base_image "${rootfs}" "${BASE_IMAGE}"
   fi
-  build_lb
-  local v
-  for v in "${VERSIONS[@]}"; do build_version "${v}"; done
+  [[ "${lb_missing}" == "false" ]] || build_lb
+  for v in "${missing[@]}"; do build_version "${v}"; done
   prune_stale_images "${BASE_IMAGE}" "${rootfs}"
   log "done in $((SECONDS - start))s: $(printf 'kindest/node:%s ' "${VERSIONS[@]}")$(lb_image)"
 }
