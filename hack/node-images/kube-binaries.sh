@@ -60,6 +60,9 @@ kube_binaries() {
   local hash; hash="$(binaries_recipe_hash)"
   local dst="${NODE_IMAGES_CACHE}/bin/kubernetes-${version}-${hash}"
   mkdir -p "${NODE_IMAGES_CACHE}/bin"
+  # One build per version at a time (make -j, or two people sharing the cache).
+  exec 8>"${dst}.lock"
+  flock 8
   if [[ -x "${dst}/kubelet" ]]; then
     log "kubernetes ${version} binaries: cached (${dst})"
   else
