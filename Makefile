@@ -57,8 +57,8 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 
 ##@ Run
 .PHONY: run
-run: envtest-binaries ## Run the manager on an embedded control plane (the main job)
-	go run . --embedded
+run: envtest-binaries docker-engine ## Run the manager on an embedded control plane and a local Docker engine (the main job)
+	eval "$$(hack/docker-engine.sh env)" && go run . --embedded --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:9440
 
 .PHONY: build
 build: ## Build the manager binary
