@@ -174,7 +174,9 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	}
 
 	defer func() {
-		r.updateStatus(s)
+		if err := r.updateStatus(s); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
 		opts := []patch.Option{
 			patch.WithOwnedConditions{Conditions: []string{
 				clusterv1.PausedCondition,
@@ -223,23 +225,17 @@ func wrapPhase(phase poolPhase, msg string) poolPhase {
 	}
 }
 
-// doReconcile runs phases in order. A phase that fails does not stop the ones after it from
-// running only if they do not depend on it: each phase checks what it needs in the scope. The
-// lowest requeue wins; errors are aggregated.
+// doReconcile runs phases in order and stops at the first that fails: each builds on what the
+// ones before it put in the scope (inventory, gate decision, creation plan). The lowest requeue
+// of the phases that ran wins.
 func doReconcile(ctx context.Context, s *poolScope, phases []poolPhase) (ctrl.Result, error) {
 	res := ctrl.Result{}
-	var errs []error
 	for _, phase := range phases {
 		phaseResult, err := phase(ctx, s)
 		if err != nil {
-			errs = append(errs, err)
-			// Later phases build on earlier ones (inventory, gate): stop at the first failure.
-			break
+			return ctrl.Result{}, err
 		}
 		res = util.LowestNonZeroResult(res, phaseResult)
-	}
-	if len(errs) > 0 {
-		return ctrl.Result{}, kerrors.NewAggregate(errs)
 	}
 	return res, nil
 }

@@ -57,6 +57,8 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 
 	name := dataSecretName(s)
 	if name == "" {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.WaitingForBootstrapDataReason,
+			"The bootstrap provider has not written the MachinePool's data secret yet"))
 		if s.creation.count > 0 && s.creation.blockedReason == "" {
 			s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
 			s.creation.blockedMessage = "Waiting for the bootstrap provider to write the MachinePool's data secret"

@@ -5,8 +5,10 @@ import (
 	"fmt"
 
 	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/labels/format"
@@ -40,15 +42,12 @@ func (r *DockerMachinePoolReconciler) reconcileMachinePoolMachines(ctx context.C
 			continue
 		}
 		log.Info("Container is gone, removing its machine", "DockerMachinePoolMachine", klog.KObj(m))
-		r.eventf(s.pool, "Warning", "ContainerGone", "Container %s is gone; removing its machine so that it is replaced", m.Name)
+		r.eventf(s.pool, corev1.EventTypeWarning, "ContainerGone", "Container %s is gone; removing its machine so that it is replaced", m.Name)
 		if err := r.deleteMachine(ctx, s, m.Name, m); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return ctrl.Result{}, errors.Errorf("%v", errs)
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, kerrors.NewAggregate(errs)
 }
 
 func newMachinePoolMachine(s *poolScope, name string, containerLabels map[string]string) *infrav1.DockerMachinePoolMachine {

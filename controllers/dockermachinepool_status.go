@@ -3,6 +3,8 @@ package controllers
 import (
 	"fmt"
 
+	"github.com/pkg/errors"
+
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
@@ -12,18 +14,18 @@ import (
 // updateStatus computes the pool's status from what this reconcile saw. It runs on every
 // reconcile, failed or not, so that a condition never sticks: ReplicasReady is derived from the
 // containers each time, never carried over (Cluster API issue #10541).
-func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) {
+func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) error {
 	pool := s.pool
 	pool.Status.InfrastructureMachineKind = "DockerMachinePoolMachine"
 
 	if !s.inventoryListed {
 		conditions.Set(pool, metaCondition(infrav1.ReadyCondition, false, "InventoryUnknown", "The pool's containers could not be listed"))
-		return
+		return nil
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		conditions.Set(pool, metaCondition(infrav1.ReadyCondition, false, infrav1.DeletingReason,
 			fmt.Sprintf("Deleting %d containers", len(s.instances))))
-		return
+		return nil
 	}
 
 	active := s.active()
@@ -81,7 +83,10 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) {
 
 	// Ready summarises what a user must act on or wait for. The version gate waiting is not a
 	// failure of the pool, so it is reported through ReplicasReady/MachinesCreated, not Ready.
-	_ = conditions.SetSummaryCondition(pool, pool, infrav1.ReadyCondition,
+	if err := conditions.SetSummaryCondition(pool, pool, infrav1.ReadyCondition,
 		conditions.ForConditionTypes{infrav1.ReplicasReadyCondition, infrav1.MachinesCreatedCondition, infrav1.BootstrapDataFreshCondition},
-	)
+	); err != nil {
+		return errors.Wrap(err, "failed to summarise the Ready condition")
+	}
+	return nil
 }

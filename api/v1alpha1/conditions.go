@@ -63,6 +63,4 @@ const (
 	ContainerNotFoundReason = "ContainerNotFound"
 	// ContainerNotRunningReason: the container exists but is not running.
 	ContainerNotRunningReason = "ContainerNotRunning"
-	// BootstrappingReason: the container runs and its bootstrap has not finished.
-	BootstrappingReason = "Bootstrapping"
 )

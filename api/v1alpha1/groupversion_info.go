@@ -14,7 +14,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "infrastructure.capdmp.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder adds the CAPDMP types to a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion} //nolint:staticcheck // exported API other providers may use; moving to runtime.NewSchemeBuilder is a separate change
 
 	// AddToScheme adds the CAPDMP types to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
