@@ -55,6 +55,11 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 	go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) verify
 
+.PHONY: test-e2e-local
+test-e2e-local: test-realnode ## Real tier: node images built from source, real kubeadm and kubelets (slow; cached images)
+
+include hack/node-images/node-images.mk
+
 ##@ Run
 .PHONY: run
 run: envtest-binaries docker-engine ## Run the manager on an embedded control plane and a local Docker engine (the main job)
