@@ -1,0 +1,17 @@
+package e2e
+
+// Variables of config/capdmp.yaml the suite reads; each can be overridden by an environment
+// variable of the same name.
+const (
+	// KubernetesVersionManagement is the Kubernetes version of the kind management cluster.
+	KubernetesVersionManagement = "KUBERNETES_VERSION_MANAGEMENT"
+	// KubernetesVersionUpgradeFrom is the version a workload cluster is created at.
+	KubernetesVersionUpgradeFrom = "KUBERNETES_VERSION_UPGRADE_FROM"
+	// KubernetesVersionUpgradeTo is the version the control plane and the MachinePools move to.
+	KubernetesVersionUpgradeTo = "KUBERNETES_VERSION_UPGRADE_TO"
+	// IPFamily is kind's IP family of the management cluster (IPv4, IPv6 or dual).
+	IPFamily = "IP_FAMILY"
+	// CNIPath is the CNI manifest applied to each workload cluster; empty means kindnet from
+	// Cluster API's test module.
+	CNIPath = "CNI"
+)
