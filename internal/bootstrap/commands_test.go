@@ -235,9 +235,10 @@ func TestCommandsHandWrittenCloudConfig(t *testing.T) {
 				"- echo {{ v1.instance_id }} {{ instance_id }} {{ ds.meta_data.instance_id }}\n",
 			vars: Vars{Hostname: "n1", InstanceID: "i-1"},
 			check: func(g Gomega, cmds []Command) {
-				g.Expect(cmds[1].Argv[2]).To(Equal("echo n1 n1 n1 n1"))
-				g.Expect(cmds[2].Argv[2]).To(Equal("echo n1 n1"))
-				g.Expect(cmds[3].Argv[2]).To(Equal("echo i-1 i-1 i-1"))
+				// Each spelling renders the same value: the repeats are the point.
+				g.Expect(cmds[1].Argv[2]).To(Equal("echo n1 n1 n1 n1")) //nolint:dupword // see above
+				g.Expect(cmds[2].Argv[2]).To(Equal("echo n1 n1"))       //nolint:dupword // see above
+				g.Expect(cmds[3].Argv[2]).To(Equal("echo i-1 i-1 i-1")) //nolint:dupword // see above
 			},
 		},
 		{

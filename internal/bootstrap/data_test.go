@@ -116,14 +116,14 @@ func TestDataIsNeverPrinted(t *testing.T) {
 	g.Expect(err).ToNot(HaveOccurred())
 
 	var logged string
-	logger := funcr.New(func(prefix, args string) { logged += args }, funcr.Options{})
+	logger := funcr.New(func(_, args string) { logged += args }, funcr.Options{})
 	logger.Info("Bootstrapping", "data", d, "value", *d)
 
 	j, err := json.Marshal(d)
 	g.Expect(err).ToNot(HaveOccurred())
 	for _, out := range []string{
-		fmt.Sprintf("%v", d), fmt.Sprintf("%+v", d), fmt.Sprintf("%#v", d), fmt.Sprintf("%s", d), //nolint:staticcheck // printing through fmt is the point
-		fmt.Sprintf("%v", *d), fmt.Sprintf("%+v", *d), fmt.Sprintf("%#v", *d),
+		fmt.Sprintf("%v", d), fmt.Sprintf("%+v", d), fmt.Sprintf("%#v", d), fmt.Sprintf("%s", d), //nolint:gocritic,staticcheck // printing through fmt is the point
+		fmt.Sprintf("%v", *d), fmt.Sprintf("%+v", *d), fmt.Sprintf("%#v", *d), //nolint:gocritic // printing through fmt is the point
 		string(j), logged,
 	} {
 		g.Expect(out).ToNot(ContainSubstring(secret))

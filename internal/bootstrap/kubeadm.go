@@ -56,7 +56,7 @@ func JoinConfigurationAPIVersion(data *Data) (string, error) {
 // BootstrapTokenID returns the ID (the public part) of the bootstrap token the data joins with; a
 // workload cluster keeps that token in kube-system/bootstrap-token-<id>. The secret part is never
 // returned.
-func BootstrapTokenID(data *Data) (string, error) {
+func BootstrapTokenID(data *Data) (string, error) { //nolint:revive // "bootstrap token" is the Kubernetes term; a TokenID could be any token
 	jc, err := findJoinConfiguration(data)
 	if err != nil {
 		return "", err

@@ -19,6 +19,7 @@ import (
 const testImage = containertest.BusyboxImage
 
 func randomSuffix(t *testing.T) string {
+	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 	kubeconfig.AuthInfos["embedded"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	kubeconfig.Contexts["embedded"] = &clientcmdapi.Context{Cluster: "embedded", AuthInfo: "embedded"}
 	kubeconfig.CurrentContext = "embedded"
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil { //nolint:gosec // like ~/.kube; the file itself is 0600
 		return fmt.Errorf("creating the kubeconfig's folder: %w", err)
 	}
 	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {

@@ -84,7 +84,8 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 	})
 	address := net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort))
 	g.Eventually(func() error {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", address, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of the test's own server
+		dialer := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a readiness probe of the test's own server
+		conn, err := dialer.DialContext(ctx, "tcp", address)
 		if err != nil {
 			return err
 		}

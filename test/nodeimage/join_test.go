@@ -178,6 +178,7 @@ func removeContainers(host, run string) {
 }
 
 func randomHex(t testing.TB) string {
+	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)

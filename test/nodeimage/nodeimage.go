@@ -179,7 +179,7 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 			return err
 		}
 	}
-	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777); err != nil { //nolint:gosec // /tmp is world-writable
+	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777); err != nil { // /tmp is world-writable
 		return err
 	}
 	files := map[string]string{
@@ -189,7 +189,7 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 		"etc/os-release":    "NAME=\"CAPDMP test node\"\nID=capdmp-test-node\nPRETTY_NAME=\"CAPDMP test node image (busybox, stub kubeadm)\"\n",
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(rootfs, name), []byte(content), 0o644); err != nil { //nolint:gosec // world-readable by design
+		if err := os.WriteFile(filepath.Join(rootfs, name), []byte(content), 0o644); err != nil { // world-readable by design
 			return err
 		}
 	}

@@ -68,7 +68,7 @@ func TestRealNodes(t *testing.T) {
 
 type cluster struct {
 	t       *testing.T
-	ctx     context.Context
+	ctx     context.Context //nolint:containedctx // a fixture for one subtest; its steps share the subtest's context
 	rt      container.Runtime
 	docker  *client.Client
 	version string
@@ -327,9 +327,10 @@ func (c *cluster) teardown() {
 
 // recordSysctls records the host settings the kubelet changes and returns what restores them.
 func recordSysctls(t *testing.T) func() {
+	t.Helper()
 	saved := map[string]string{}
 	for _, s := range hostSysctls {
-		b, err := os.ReadFile(filepath.Join("/proc/sys", s))
+		b, err := os.ReadFile("/proc/sys/" + s)
 		if err != nil {
 			t.Fatalf("reading sysctl %s: %v", s, err)
 		}
@@ -337,7 +338,7 @@ func recordSysctls(t *testing.T) func() {
 	}
 	return func() {
 		for s, v := range saved {
-			p := filepath.Join("/proc/sys", s)
+			p := "/proc/sys/" + s
 			if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == v {
 				continue
 			}

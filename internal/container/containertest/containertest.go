@@ -73,7 +73,7 @@ func EnsureBusyboxImage(t testing.TB, d *container.Docker) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "busybox"), content, 0o755); err != nil { //nolint:gosec // an executable
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), content, 0o755); err != nil { // an executable
 		t.Fatal(err)
 	}
 	dockerfile := "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n" +

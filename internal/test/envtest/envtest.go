@@ -45,11 +45,11 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	infrav1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	capdmpv1 "github.com/capdmp/capdmp/api/v1alpha1"
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
 
 // ContractLabel maps the Cluster API v1beta2 contract to a CRD's versions; kustomize adds it in
@@ -71,8 +71,8 @@ func Scheme() *kruntime.Scheme {
 	utilruntime.Must(clusterv1.AddToScheme(s))
 	utilruntime.Must(bootstrapv1.AddToScheme(s))
 	utilruntime.Must(controlplanev1.AddToScheme(s))
+	utilruntime.Must(capdv1.AddToScheme(s))
 	utilruntime.Must(infrav1.AddToScheme(s))
-	utilruntime.Must(capdmpv1.AddToScheme(s))
 	return s
 }
 

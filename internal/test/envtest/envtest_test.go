@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	capdmpv1 "github.com/capdmp/capdmp/api/v1alpha1"
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
 
 func TestCRDs(t *testing.T) {
@@ -54,7 +54,7 @@ func TestStart(t *testing.T) {
 	m, w := env.Management, env.Workload
 
 	// The management API server serves our kinds and Cluster API's.
-	g.Expect(m.Client.List(ctx, &capdmpv1.DockerMachinePoolList{})).To(Succeed())
+	g.Expect(m.Client.List(ctx, &infrav1.DockerMachinePoolList{})).To(Succeed())
 	g.Expect(m.Client.List(ctx, &clusterv1.MachinePoolList{})).To(Succeed())
 
 	cluster := &clusterv1.Cluster{
@@ -78,7 +78,7 @@ func TestStart(t *testing.T) {
 	g.Expect(pool.AppendCertsFromPEM(w.CAData)).To(BeTrue())
 	httpClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	get := func(path, token string) int {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.Server()+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.Server()+path, http.NoBody)
 		g.Expect(err).ToNot(HaveOccurred())
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)

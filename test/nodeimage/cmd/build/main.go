@@ -21,8 +21,9 @@ func main() {
 		versions = nodeimage.Versions(os.Getenv("NODE_IMAGE_STUB_VERSIONS"))
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer cancel()
-	if err := nodeimage.Build(ctx, nodeimage.Options{Versions: versions, Log: os.Stderr}); err != nil {
+	err := nodeimage.Build(ctx, nodeimage.Options{Versions: versions, Log: os.Stderr})
+	cancel()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

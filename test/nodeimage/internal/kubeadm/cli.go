@@ -110,7 +110,10 @@ func version(args []string, env Env) error {
 	case "short":
 		_, _ = fmt.Fprintln(env.Stdout, gitVersion)
 	case "json":
-		b, _ := json.MarshalIndent(map[string]any{"clientVersion": info}, "", "  ")
+		b, err := json.MarshalIndent(map[string]any{"clientVersion": info}, "", "  ")
+		if err != nil {
+			return exitErr(ExitFailure, "kubeadm version: %w", err)
+		}
 		_, _ = fmt.Fprintln(env.Stdout, string(b))
 	case "":
 		_, _ = fmt.Fprintf(env.Stdout, "kubeadm version: &version.Info{Major:%q, Minor:%q, GitVersion:%q, GitCommit:\"capdmp-stub\", GitTreeState:\"clean\", Compiler:\"gc\"}\n",
@@ -138,7 +141,7 @@ func join(ctx context.Context, args []string, env Env) error {
 		}
 		return "", false, nil
 	}
-	for i := 0; i < len(args); i++ {
+	for i := 0; i < len(args); i++ { //nolint:intrange // flagValue advances i past a flag's value
 		a := args[i]
 		if v, ok, err := flagValue(&i, a, "--config"); ok {
 			if err != nil {

@@ -164,6 +164,7 @@ type fakeAPIServer struct {
 }
 
 func newFakeAPIServer(t *testing.T, validToken string) *fakeAPIServer {
+	t.Helper()
 	f := &fakeAPIServer{validToken: validToken, nodes: map[string]map[string]any{}}
 	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
