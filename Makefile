@@ -24,9 +24,10 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 	$(TOOLS) controller-gen webhook paths=./internal/webhooks/... output:webhook:dir=./config/webhook
 
 .PHONY: verify
-verify: generate ## Fail when generated files or go.mod are out of date
+verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean or build-tagged tests do not compile
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
+	go vet -tags e2e,e2e_local ./test/e2e/... ./test/realnode/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
@@ -51,9 +52,10 @@ docker-engine: ## Start a Docker engine if none answers
 	hack/docker-engine.sh start
 
 .PHONY: test
-test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker engine, verify
+test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker engine, verify, lint
 	go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) verify
+	$(MAKE) lint
 
 .PHONY: test-e2e-local
 test-e2e-local: test-realnode ## Real tier: node images built from source, real kubeadm and kubelets (slow; cached images)
