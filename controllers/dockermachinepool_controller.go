@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,12 +76,12 @@ type DockerMachinePoolReconciler struct {
 // SetupWithManager sets up the controller with the Manager.
 func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
-		return errors.New("Client, APIReader and Runtime must not be nil")
+		return pkgerrors.New("Client, APIReader and Runtime must not be nil")
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "dockermachinepool")
 	clusterToPools, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.DockerMachinePoolList{}, mgr.GetScheme())
 	if err != nil {
-		return errors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePools")
+		return pkgerrors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePools")
 	}
 
 	c, err := ctrl.NewControllerManagedBy(mgr).
@@ -110,7 +110,7 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 		).
 		Build(r)
 	if err != nil {
-		return errors.Wrap(err, "failed setting up the DockerMachinePool controller")
+		return pkgerrors.Wrap(err, "failed setting up the DockerMachinePool controller")
 	}
 
 	r.recorder = mgr.GetEventRecorderFor("dockermachinepool-controller")
@@ -132,12 +132,12 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, errors.Wrapf(err, "failed to get DockerMachinePool %s", req.NamespacedName)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get DockerMachinePool %s", req.NamespacedName)
 	}
 
 	machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to get the MachinePool owning DockerMachinePool %s", klog.KObj(pool))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the MachinePool owning DockerMachinePool %s", klog.KObj(pool))
 	}
 	if machinePool == nil {
 		log.Info("Waiting for the MachinePool controller to set the owner reference")
@@ -148,7 +148,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 
 	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machinePool.ObjectMeta)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to get the Cluster of MachinePool %s", klog.KObj(machinePool))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of MachinePool %s", klog.KObj(machinePool))
 	}
 
 	if pool.DeletionTimestamp.IsZero() {
@@ -160,7 +160,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 
 	patchHelper, err := patch.NewHelper(pool, r.Client)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to create patch helper for DockerMachinePool %s", klog.KObj(pool))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create patch helper for DockerMachinePool %s", klog.KObj(pool))
 	}
 
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, pool); err != nil || isPaused || requeue {
@@ -192,7 +192,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 			opts = append(opts, patch.WithStatusObservedGeneration{})
 		}
 		if err := patchHelper.Patch(ctx, pool, opts...); err != nil {
-			reterr = kerrors.NewAggregate([]error{reterr, errors.Wrapf(err, "failed to patch DockerMachinePool %s", klog.KObj(pool))})
+			reterr = kerrors.NewAggregate([]error{reterr, pkgerrors.Wrapf(err, "failed to patch DockerMachinePool %s", klog.KObj(pool))})
 		}
 	}()
 
@@ -221,7 +221,7 @@ type poolPhase func(ctx context.Context, s *poolScope) (ctrl.Result, error)
 func wrapPhase(phase poolPhase, msg string) poolPhase {
 	return func(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 		res, err := phase(ctx, s)
-		return res, errors.Wrap(err, msg)
+		return res, pkgerrors.Wrap(err, msg)
 	}
 }
 
@@ -275,16 +275,16 @@ func (r *DockerMachinePoolReconciler) controlPlaneOf(ctx context.Context, cluste
 	}
 	cp, err := external.GetObjectFromContractVersionedRef(ctx, r.Client, cluster.Spec.ControlPlaneRef, cluster.Namespace)
 	if err != nil {
-		if apierrors.IsNotFound(errors.Cause(err)) {
+		if apierrors.IsNotFound(pkgerrors.Cause(err)) {
 			return nil, nil
 		}
-		return nil, errors.Wrapf(err, "failed to get control plane %s %s", cluster.Spec.ControlPlaneRef.Kind, klog.KRef(cluster.Namespace, cluster.Spec.ControlPlaneRef.Name))
+		return nil, pkgerrors.Wrapf(err, "failed to get control plane %s %s", cluster.Spec.ControlPlaneRef.Kind, klog.KRef(cluster.Namespace, cluster.Spec.ControlPlaneRef.Name))
 	}
 	if r.controlPlanes.Controller != nil {
 		if err := r.controlPlanes.Watch(ctrl.LoggerFrom(ctx), cp,
 			handler.EnqueueRequestsFromMapFunc(r.controlPlaneToPools),
 			controlPlaneVersionsChanged{}); err != nil {
-			return nil, errors.Wrapf(err, "failed to watch %s", cp.GetKind())
+			return nil, pkgerrors.Wrapf(err, "failed to watch %s", cp.GetKind())
 		}
 	}
 	return cp, nil

@@ -3,7 +3,7 @@ package controllers
 import (
 	"context"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -48,7 +48,7 @@ func (r *DockerMachinePoolReconciler) reconcileDelete(ctx context.Context, s *po
 	for _, i := range s.instances {
 		log.Info("Deleting container", "container", i.name())
 		if err := r.Runtime.Delete(ctx, i.name()); err != nil {
-			return ctrl.Result{}, errors.Wrapf(err, "failed to delete container %s", i.name())
+			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete container %s", i.name())
 		}
 		r.eventf(s.pool, corev1.EventTypeNormal, "DeletedContainer", "Deleted container %s", i.name())
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,7 +67,7 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 	}
 	data, err := bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to read bootstrap data")
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
 	}
 	s.creation.dataSecretName, s.creation.dataHash = name, data.Hash
 
@@ -82,12 +82,12 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 	if s.creation.count > 0 && s.creation.version != "" {
 		apiVersion, err := bootstrap.JoinConfigurationAPIVersion(data)
 		if err != nil {
-			return ctrl.Result{}, errors.Wrap(err, "failed to read the JoinConfiguration of the bootstrap data")
+			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read the JoinConfiguration of the bootstrap data")
 		}
 		if apiVersion != "" {
 			readable, err := skew.KubeadmAPIVersionReadable(s.creation.version, apiVersion)
 			if err != nil {
-				return ctrl.Result{}, errors.Wrap(err, "failed to check the JoinConfiguration API version")
+				return ctrl.Result{}, pkgerrors.Wrap(err, "failed to check the JoinConfiguration API version")
 			}
 			if !readable {
 				msg := fmt.Sprintf("The bootstrap data's JoinConfiguration is %s, which the kubeadm of %s cannot read", apiVersion, s.creation.version)
@@ -129,7 +129,7 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 	config := &unstructured.Unstructured{}
 	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
 	}
 	pauseStart := s.pool.Status.VersionGate.WaitingSince
 	if requested, err := time.Parse(time.RFC3339Nano, config.GetAnnotations()[BootstrapRefreshRequestedAnnotation]); err == nil {
@@ -142,19 +142,19 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 
 	tokenID, err := bootstrap.BootstrapTokenID(data)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to find the bootstrap token in the data")
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to find the bootstrap token in the data")
 	}
 	if tokenID != "" {
 		if r.ClusterCache == nil {
-			return ctrl.Result{}, errors.New("no ClusterCache to reach the workload cluster")
+			return ctrl.Result{}, pkgerrors.New("no ClusterCache to reach the workload cluster")
 		}
 		workload, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 		if err != nil {
-			return ctrl.Result{}, errors.Wrap(err, "failed to get a client for the workload cluster")
+			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to get a client for the workload cluster")
 		}
 		tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + tokenID}}
 		if err := workload.Delete(ctx, tokenSecret); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, errors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
+			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
 		}
 	}
 
@@ -167,7 +167,7 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 	annotations[BootstrapRefreshRequestedAnnotation] = now.UTC().Format(time.RFC3339Nano)
 	config.SetAnnotations(annotations)
 	if err := r.Client.Patch(ctx, config, patch); err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to touch KubeadmConfig %s", klog.KObj(config))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to touch KubeadmConfig %s", klog.KObj(config))
 	}
 	log.Info("Requested fresh bootstrap data", "KubeadmConfig", klog.KObj(config), "reason", why)
 	r.eventf(s.pool, corev1.EventTypeNormal, infrav1.BootstrapDataRefreshingReason, "Requested fresh bootstrap data from KubeadmConfig %s: %s", config.GetName(), why)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sort"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/labels/format"
@@ -20,7 +20,7 @@ import (
 func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	containers, err := r.Runtime.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(s.pool.UID)})
 	if err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to list containers")
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list containers")
 	}
 
 	selector := client.MatchingLabels{
@@ -29,11 +29,11 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 	}
 	machineList := &infrav1.DockerMachinePoolMachineList{}
 	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector); err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to list DockerMachinePoolMachines")
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list DockerMachinePoolMachines")
 	}
 	ownerList := &clusterv1.MachineList{}
 	if err := r.Client.List(ctx, ownerList, client.InNamespace(s.pool.Namespace), selector); err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to list Machines")
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list Machines")
 	}
 
 	machines := map[string]*infrav1.DockerMachinePoolMachine{}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +31,7 @@ func (r *DockerMachinePoolReconciler) reconcileMachinePoolMachines(ctx context.C
 		}
 		m := newMachinePoolMachine(s, i.container.Name, i.container.Labels)
 		if err := r.Client.Create(ctx, m); err != nil && !apierrors.IsAlreadyExists(err) {
-			errs = append(errs, errors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m)))
+			errs = append(errs, pkgerrors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m)))
 			continue
 		}
 		i.machine = m
@@ -95,7 +95,7 @@ func (r *DockerMachinePoolReconciler) deleteMachine(ctx context.Context, s *pool
 		key := client.ObjectKey{Namespace: s.pool.Namespace, Name: name}
 		if err := r.Client.Get(ctx, key, owner); err != nil {
 			if !apierrors.IsNotFound(err) {
-				return errors.Wrapf(err, "failed to get Machine %s", key)
+				return pkgerrors.Wrapf(err, "failed to get Machine %s", key)
 			}
 			owner = nil
 		} else if owner.Spec.InfrastructureRef.Name != name || owner.Spec.InfrastructureRef.Kind != "DockerMachinePoolMachine" {
@@ -105,15 +105,15 @@ func (r *DockerMachinePoolReconciler) deleteMachine(ctx context.Context, s *pool
 	switch {
 	case owner != nil:
 		if err := r.Client.Delete(ctx, owner); err != nil && !apierrors.IsNotFound(err) {
-			return errors.Wrapf(err, "failed to delete Machine %s", klog.KObj(owner))
+			return pkgerrors.Wrapf(err, "failed to delete Machine %s", klog.KObj(owner))
 		}
 	case machine != nil:
 		if err := r.Client.Delete(ctx, machine); err != nil && !apierrors.IsNotFound(err) {
-			return errors.Wrapf(err, "failed to delete DockerMachinePoolMachine %s", klog.KObj(machine))
+			return pkgerrors.Wrapf(err, "failed to delete DockerMachinePoolMachine %s", klog.KObj(machine))
 		}
 	default:
 		if err := r.Runtime.Delete(ctx, name); err != nil {
-			return errors.Wrapf(err, "failed to delete container %s", name)
+			return pkgerrors.Wrapf(err, "failed to delete container %s", name)
 		}
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sort"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/klog/v2"
@@ -117,7 +117,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 
 	exists, err := r.Runtime.ImageExists(ctx, plan.image)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to look up image %s", plan.image)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to look up image %s", plan.image)
 	}
 	if !exists {
 		plan.blockedReason = infrav1.ImageNotFoundReason
@@ -128,7 +128,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 		return ctrl.Result{RequeueAfter: imageRetryPeriod}, nil
 	}
 	if err := r.Runtime.EnsureNetwork(ctx, r.network()); err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to ensure Docker network %s", r.network())
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to ensure Docker network %s", r.network())
 	}
 
 	versionLabel, err := skew.VersionLabelValue(plan.version)
@@ -155,20 +155,20 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 		c, err := r.Runtime.Create(ctx, spec)
 		if err != nil {
 			reason := infrav1.ContainerCreateFailedReason
-			if errors.Is(err, container.ErrImageNotFound) {
+			if pkgerrors.Is(err, container.ErrImageNotFound) {
 				reason = infrav1.ImageNotFoundReason
 			}
 			plan.blockedReason, plan.blockedMessage = reason, err.Error()
 			setMachinesCreated(s, plan)
 			r.eventf(s.pool, corev1.EventTypeWarning, reason, "Failed to create container %s: %v", name, err)
-			return ctrl.Result{}, errors.Wrapf(err, "failed to create container %s", name)
+			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create container %s", name)
 		}
 		r.eventf(s.pool, corev1.EventTypeNormal, "ContainerCreated", "Created container %s of %s", name, plan.version)
 		inst := &instance{container: c}
 		s.instances = append(s.instances, inst)
 		m := newMachinePoolMachine(s, c.Name, c.Labels)
 		if err := r.Client.Create(ctx, m); err != nil {
-			return ctrl.Result{}, errors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m))
+			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m))
 		}
 		inst.machine = m
 	}

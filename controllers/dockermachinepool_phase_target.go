@@ -3,7 +3,7 @@ package controllers
 import (
 	"context"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -15,31 +15,35 @@ import (
 // as a label on the pool. A target that cannot be computed is not an error of the reconcile: it is
 // a user's input to fix, reported by the gate as InvalidVersion.
 func (r *DockerMachinePoolReconciler) reconcileTarget(_ context.Context, s *poolScope) (ctrl.Result, error) {
-	s.targetImage, s.targetVersion, s.targetErr = "", "", nil
-
-	image, err := nodeimage.ImageForVersion(s.machinePool.Spec.Template.Spec.Version, s.pool.Spec.Template.CustomImage)
-	if err != nil {
-		s.targetErr = errors.Wrap(err, "cannot choose the node image")
+	s.targetImage, s.targetVersion, s.targetErr = targetOf(s)
+	if s.targetErr != nil {
 		delete(s.pool.Labels, infrav1.KubernetesVersionLabel)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, nil //nolint:nilerr // the user's input to fix: the gate reports it as InvalidVersion instead of a retry loop
 	}
-	version, err := nodeimage.VersionOfImage(image)
+	label, err := skew.VersionLabelValue(s.targetVersion)
 	if err != nil {
-		s.targetErr = err
-		delete(s.pool.Labels, infrav1.KubernetesVersionLabel)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, err
 	}
-	label, err := skew.VersionLabelValue(version)
-	if err != nil {
-		s.targetErr = err
-		delete(s.pool.Labels, infrav1.KubernetesVersionLabel)
-		return ctrl.Result{}, nil
-	}
-
-	s.targetImage, s.targetVersion = image, version
 	if s.pool.Labels == nil {
 		s.pool.Labels = map[string]string{}
 	}
 	s.pool.Labels[infrav1.KubernetesVersionLabel] = label
 	return ctrl.Result{}, nil
+}
+
+// targetOf returns the image the pool would create now and the Kubernetes version its tag names.
+func targetOf(s *poolScope) (image, version string, err error) {
+	image, err = nodeimage.ImageForVersion(s.machinePool.Spec.Template.Spec.Version, s.pool.Spec.Template.CustomImage)
+	if err != nil {
+		return "", "", pkgerrors.Wrap(err, "cannot choose the node image")
+	}
+	version, err = nodeimage.VersionOfImage(image)
+	if err != nil {
+		return "", "", err
+	}
+	// A version that cannot be a label value cannot be recorded: the gate would not see it.
+	if _, err := skew.VersionLabelValue(version); err != nil {
+		return "", "", err
+	}
+	return image, version, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -79,7 +79,7 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		if name := dataSecretName(s); name != "" {
 			data, err := bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name)
 			if err != nil {
-				return ctrl.Result{}, errors.Wrap(err, "failed to read bootstrap data at the start of a pause")
+				return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data at the start of a pause")
 			}
 			gate.BootstrapDataHashAtPause = data.Hash
 		}

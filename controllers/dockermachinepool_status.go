@@ -3,7 +3,7 @@ package controllers
 import (
 	"fmt"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -86,7 +86,7 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) error {
 	if err := conditions.SetSummaryCondition(pool, pool, infrav1.ReadyCondition,
 		conditions.ForConditionTypes{infrav1.ReplicasReadyCondition, infrav1.MachinesCreatedCondition, infrav1.BootstrapDataFreshCondition},
 	); err != nil {
-		return errors.Wrap(err, "failed to summarise the Ready condition")
+		return pkgerrors.Wrap(err, "failed to summarise the Ready condition")
 	}
 	return nil
 }

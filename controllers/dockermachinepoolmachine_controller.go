@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -53,12 +53,12 @@ type DockerMachinePoolMachineReconciler struct {
 // SetupWithManager sets up the controller with the Manager.
 func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
-		return errors.New("Client, APIReader and Runtime must not be nil")
+		return pkgerrors.New("Client, APIReader and Runtime must not be nil")
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "dockermachinepoolmachine")
 	clusterToMachines, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.DockerMachinePoolMachineList{}, mgr.GetScheme())
 	if err != nil {
-		return errors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePoolMachines")
+		return pkgerrors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePoolMachines")
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.DockerMachinePoolMachine{}).
@@ -71,7 +71,7 @@ func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Contex
 		).
 		Complete(r)
 	if err != nil {
-		return errors.Wrap(err, "failed setting up the DockerMachinePoolMachine controller")
+		return pkgerrors.Wrap(err, "failed setting up the DockerMachinePoolMachine controller")
 	}
 	r.recorder = mgr.GetEventRecorderFor("dockermachinepoolmachine-controller")
 	return nil
@@ -90,14 +90,14 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, errors.Wrapf(err, "failed to get DockerMachinePoolMachine %s", req.NamespacedName)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get DockerMachinePoolMachine %s", req.NamespacedName)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(machine.Namespace, machine.Labels[clusterv1.ClusterNameLabel]))
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machine.ObjectMeta)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to get the Cluster of DockerMachinePoolMachine %s", klog.KObj(machine))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of DockerMachinePoolMachine %s", klog.KObj(machine))
 	}
 	if machine.DeletionTimestamp.IsZero() {
 		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, machine, infrav1.MachinePoolMachineFinalizer); err != nil || added {
@@ -106,7 +106,7 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 	}
 	patchHelper, err := patch.NewHelper(machine, r.Client)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to create patch helper for DockerMachinePoolMachine %s", klog.KObj(machine))
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create patch helper for DockerMachinePoolMachine %s", klog.KObj(machine))
 	}
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, machine); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
@@ -125,7 +125,7 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 			opts = append(opts, patch.WithStatusObservedGeneration{})
 		}
 		if err := patchHelper.Patch(ctx, machine, opts...); err != nil {
-			reterr = kerrors.NewAggregate([]error{reterr, errors.Wrapf(err, "failed to patch DockerMachinePoolMachine %s", klog.KObj(machine))})
+			reterr = kerrors.NewAggregate([]error{reterr, pkgerrors.Wrapf(err, "failed to patch DockerMachinePoolMachine %s", klog.KObj(machine))})
 		}
 	}()
 
@@ -139,7 +139,7 @@ func (r *DockerMachinePoolMachineReconciler) reconcileDelete(ctx context.Context
 	conditions.Set(s.machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.DeletingReason, "Deleting the container"))
 	ctrl.LoggerFrom(ctx).Info("Deleting container", "container", s.machine.Name)
 	if err := r.Runtime.Delete(ctx, s.machine.Name); err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to delete container %s", s.machine.Name)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete container %s", s.machine.Name)
 	}
 	controllerutil.RemoveFinalizer(s.machine, infrav1.MachinePoolMachineFinalizer)
 	return ctrl.Result{}, nil
@@ -149,12 +149,12 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	machine := s.machine
 	c, err := r.Runtime.Inspect(ctx, machine.Name)
 	if err != nil {
-		if errors.Is(err, container.ErrNotFound) {
+		if pkgerrors.Is(err, container.ErrNotFound) {
 			conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotFoundReason,
 				"The container is gone; the pool removes this machine and replaces it"))
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, errors.Wrapf(err, "failed to inspect container %s", machine.Name)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to inspect container %s", machine.Name)
 	}
 	machine.Status.Addresses = addressesOf(c)
 	if !c.Running {
@@ -172,11 +172,11 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	// that was lost, must never run kubeadm twice.
 	res, err := r.Runtime.Exec(ctx, machine.Name, bootstrap.SentinelCheck().Argv, nil)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "failed to check the bootstrap sentinel of container %s", machine.Name)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to check the bootstrap sentinel of container %s", machine.Name)
 	}
 	state, err := bootstrap.ParseSentinelCheck(res.ExitCode)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrapf(err, "container %s", machine.Name)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "container %s", machine.Name)
 	}
 	switch state {
 	case bootstrap.StateSucceeded:
@@ -205,7 +205,7 @@ func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *m
 	}
 	data, err := bootstrap.Read(ctx, r.APIReader, machine.Namespace, name)
 	if err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to read bootstrap data")
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
 	}
 	commands, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: machine.Name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 	if err != nil {
@@ -231,7 +231,7 @@ func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *m
 		res, err := r.Runtime.Exec(bootstrapCtx, machine.Name, cmd.Argv, stdinOf(cmd.Stdin))
 		if err != nil {
 			if bootstrapCtx.Err() != nil {
-				err = errors.Errorf("bootstrap did not finish within %s", timeout)
+				err = pkgerrors.Errorf("bootstrap did not finish within %s", timeout)
 			}
 			r.markBootstrapFailed(machine, "Bootstrap step "+cmd.Step+": "+err.Error(), nil)
 			return ctrl.Result{}, nil
@@ -247,7 +247,7 @@ func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *m
 	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
 	r.markProvisioned(machine)
 	log.Info("Bootstrapped container", "container", machine.Name, "duration", time.Since(start).Round(time.Millisecond).String())
-	r.event(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s in %s", machine.Name, time.Since(start).Round(time.Millisecond))
+	r.eventf(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s in %s", machine.Name, time.Since(start).Round(time.Millisecond))
 	return ctrl.Result{}, nil
 }
 
@@ -265,7 +265,7 @@ func (r *DockerMachinePoolMachineReconciler) preloadImages(ctx context.Context, 
 		return err
 	}
 	if res.ExitCode != 0 {
-		return errors.Errorf("importing images exited with code %d: %s", res.ExitCode, tail(res.Stderr))
+		return pkgerrors.Errorf("importing images exited with code %d: %s", res.ExitCode, tail(res.Stderr))
 	}
 	return nil
 }
@@ -282,7 +282,7 @@ func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav
 		msg += ": " + tail(append(append([]byte{}, res.Stdout...), res.Stderr...))
 	}
 	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrapFailedReason, msg))
-	r.event(machine, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, "Bootstrap of container %s failed: %s", machine.Name, msg)
+	r.eventf(machine, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, "Bootstrap of container %s failed: %s", machine.Name, msg)
 }
 
 // poolOf returns the DockerMachinePool a machine belongs to and its MachinePool.
@@ -293,18 +293,18 @@ func (r *DockerMachinePoolMachineReconciler) poolOf(ctx context.Context, machine
 		}
 		pool := &infrav1.DockerMachinePool{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: machine.Namespace, Name: ref.Name}, pool); err != nil {
-			return nil, nil, errors.Wrapf(err, "failed to get DockerMachinePool %s", klog.KRef(machine.Namespace, ref.Name))
+			return nil, nil, pkgerrors.Wrapf(err, "failed to get DockerMachinePool %s", klog.KRef(machine.Namespace, ref.Name))
 		}
 		machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
 		if err != nil || machinePool == nil {
-			return nil, nil, errors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
+			return nil, nil, pkgerrors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
 		}
 		return pool, machinePool, nil
 	}
-	return nil, nil, errors.Errorf("DockerMachinePoolMachine %s has no DockerMachinePool owner", klog.KObj(machine))
+	return nil, nil, pkgerrors.Errorf("DockerMachinePoolMachine %s has no DockerMachinePool owner", klog.KObj(machine))
 }
 
-func (r *DockerMachinePoolMachineReconciler) event(obj client.Object, eventType, reason, format string, args ...any) {
+func (r *DockerMachinePoolMachineReconciler) eventf(obj client.Object, eventType, reason, format string, args ...any) {
 	if r.recorder != nil {
 		r.recorder.Eventf(obj, eventType, reason, format, args...)
 	}

@@ -217,6 +217,7 @@ func (c *testCluster) containers() []container.Container {
 
 // clusterContainers lists every container labelled with this namespace's cluster, whatever pool.
 func clusterContainers(t *testing.T, clusterName string) []container.Container {
+	t.Helper()
 	list, err := engine.List(context.Background(), map[string]string{infrav1.ClusterNameLabel: clusterName})
 	NewWithT(t).Expect(err).ToNot(HaveOccurred())
 	return list

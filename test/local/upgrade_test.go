@@ -105,6 +105,7 @@ func TestControllerRestartWhilePaused(t *testing.T) {
 }
 
 func testPause(t *testing.T, restart bool) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 1})
