@@ -23,6 +23,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -49,6 +50,7 @@ type options struct {
 	dockerNetwork       string
 	containerSyncPeriod time.Duration
 	watchFilterValue    string
+	watchNamespace      string
 	poolConcurrency     int
 	machineConcurrency  int
 	logOptions          *logs.Options
@@ -66,6 +68,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.dockerNetwork, "docker-network", controllers.DefaultNetwork, "Docker network of the pools' containers (kind's network by default; 'host' for tests that reach loopback API servers).")
 	fs.DurationVar(&o.containerSyncPeriod, "container-sync-period", controllers.DefaultContainerSyncPeriod, "How often pools re-list their containers to notice ones removed behind the controller's back.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects with the label %s set to this value.", clusterv1.WatchLabel))
+	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace the manager watches; all namespaces when empty (clusterctl's multi-tenancy contract).")
 	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", 10, "Number of DockerMachinePools reconciled at once.")
 	fs.IntVar(&o.machineConcurrency, "dockermachinepoolmachine-concurrency", 10, "Number of DockerMachinePoolMachines reconciled (bootstrapped) at once.")
 	o.logOptions = logs.NewOptions()
@@ -125,7 +128,12 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
 	}
 
+	var cacheOptions ctrlcache.Options
+	if o.watchNamespace != "" {
+		cacheOptions.DefaultNamespaces = map[string]ctrlcache.Config{o.watchNamespace: {}}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Cache:                  cacheOptions,
 		Scheme:                 newScheme(),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddr},
 		HealthProbeBindAddress: o.healthProbeBindAddr,
