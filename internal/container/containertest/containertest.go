@@ -6,12 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/test/dockerengine"
 )
 
 // BusyboxImage is a 2 MB image with a static busybox and its applets, built from Debian's
@@ -22,21 +21,8 @@ const BusyboxImage = "capdmp.local/busybox:test"
 // no engine the test is skipped, except under CI=true where a missing engine fails it.
 func Engine(t testing.TB) *container.Docker {
 	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Docker engine required under CI=true: "+format, args...)
-		}
-		t.Skipf("no Docker engine (start one with hack/docker-engine.sh start): "+format, args...)
-	}
-	if os.Getenv("DOCKER_HOST") == "" {
-		// The documented way to find the engine this repository's scripts started.
-		out, err := exec.Command(filepath.Join(repoRoot(t), "hack", "docker-engine.sh"), "env").Output()
-		if err != nil {
-			unavailable("hack/docker-engine.sh env: %v", err)
-		}
-		t.Setenv("DOCKER_HOST", strings.TrimPrefix(strings.TrimSpace(string(out)), "export DOCKER_HOST="))
-	}
+	// Finds the engine (skipped without one, failed under CI=true) and sets DOCKER_HOST.
+	dockerengine.Require(t)
 	d, err := container.NewDocker()
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +32,7 @@ func Engine(t testing.TB) *container.Docker {
 	defer cancel()
 	version, err := d.Ping(ctx)
 	if err != nil {
-		unavailable("%v", err)
+		t.Fatalf("Docker engine at %s answers the CLI but not the API client: %v", os.Getenv("DOCKER_HOST"), err)
 	}
 	t.Logf("Docker engine at %s, API %s", os.Getenv("DOCKER_HOST"), version)
 	d.ResetCalls()
@@ -87,13 +73,4 @@ func EnsureBusyboxImage(t testing.TB, d *container.Docker) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("docker build %s: %v: %s", BusyboxImage, err, out)
 	}
-}
-
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the repository")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
