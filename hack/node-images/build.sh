@@ -13,7 +13,8 @@
 #   CRICTL_VERSION                     default v1.37.0
 #   NODE_IMAGES_ETCD_VERSION           build this etcd once and carry it under every etcd tag
 #                                      kubeadm names (default: the version each tag names)
-#   NODE_IMAGES_COREDNS_VERSION        the same for CoreDNS (default: each tag's version)
+#   NODE_IMAGES_COREDNS_VERSION        the same for CoreDNS (default here: each tag's version;
+#                                      `make node-images` passes v1.14.2, see node-images.mk)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "${NODE_IMAGES_DIR}/kube-binaries.sh"
