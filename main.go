@@ -176,6 +176,7 @@ func run(ctx context.Context, o *options) error {
 		Client:           mgr.GetClient(),
 		APIReader:        mgr.GetAPIReader(),
 		Runtime:          runtimeEngine,
+		ClusterCache:     clusterCache,
 		WatchFilterValue: o.watchFilterValue,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.machineConcurrency}); err != nil {
 		return err

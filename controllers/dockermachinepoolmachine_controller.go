@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
@@ -35,6 +36,10 @@ import (
 // DefaultBootstrapTimeout bounds one container's bootstrap when the pool does not say.
 const DefaultBootstrapTimeout = 3 * time.Minute
 
+// nodeBootRequeue is how often a container that is still booting is looked at: a kind node's
+// systemd is up within seconds.
+const nodeBootRequeue = time.Second
+
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines;dockermachinepoolmachines/status;dockermachinepoolmachines/finalizers,verbs=get;list;watch;update;patch
 
 // DockerMachinePoolMachineReconciler reconciles the DockerMachinePoolMachine of each container:
@@ -44,6 +49,9 @@ type DockerMachinePoolMachineReconciler struct {
 	// APIReader reads the bootstrap data Secret live, never from a cache.
 	APIReader client.Reader
 	Runtime   container.Runtime
+	// ClusterCache gives clients of workload clusters, to set the providerID of each machine's
+	// Node. Without it Nodes are left as their kubelets register them.
+	ClusterCache clustercache.ClusterCache
 	// WatchFilterValue is the label value used to filter events prior to reconciliation.
 	WatchFilterValue string
 
@@ -115,11 +123,13 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 	s := &machineScope{cluster: cluster, machine: machine}
 	defer func() {
 		if err := conditions.SetSummaryCondition(machine, machine, infrav1.ReadyCondition,
-			conditions.ForConditionTypes{infrav1.ContainerProvisionedCondition}); err != nil {
+			conditions.ForConditionTypes{infrav1.ContainerProvisionedCondition, infrav1.NodeProviderIDCondition},
+			// The Node registers after the bootstrap: until then only the container speaks.
+			conditions.IgnoreTypesIfMissing{infrav1.NodeProviderIDCondition}); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
-			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition,
+			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition, infrav1.NodeProviderIDCondition,
 		}}}
 		if reterr == nil {
 			opts = append(opts, patch.WithStatusObservedGeneration{})
@@ -163,7 +173,7 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	}
 	if ptr.Deref(machine.Status.Initialization.Provisioned, false) {
 		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, true, infrav1.ContainerProvisionedReason, ""))
-		return ctrl.Result{}, nil
+		return r.reconcileNodeProviderID(ctx, s)
 	}
 	if current := conditions.Get(machine, infrav1.ContainerProvisionedCondition); current != nil && current.Reason == infrav1.BootstrapFailedReason {
 		return ctrl.Result{}, nil
@@ -181,7 +191,11 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	switch state {
 	case bootstrap.StateSucceeded:
 		r.markProvisioned(machine)
-		return ctrl.Result{}, nil
+		return r.reconcileNodeProviderID(ctx, s)
+	case bootstrap.StateBooting:
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.WaitingForNodeBootReason,
+			"Waiting for the node's systemd and container runtime to start"))
+		return ctrl.Result{RequeueAfter: nodeBootRequeue}, nil
 	case bootstrap.StateStarted:
 		r.markBootstrapFailed(machine, "The bootstrap started earlier and did not finish (interrupted or failed); it is not run twice", nil)
 		return ctrl.Result{}, nil
@@ -248,7 +262,8 @@ func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *m
 	r.markProvisioned(machine)
 	log.Info("Bootstrapped container", "container", machine.Name, "duration", time.Since(start).Round(time.Millisecond).String())
 	r.eventf(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s in %s", machine.Name, time.Since(start).Round(time.Millisecond))
-	return ctrl.Result{}, nil
+	// The kubelet registers its Node in the seconds after the join; give it its providerID then.
+	return ctrl.Result{RequeueAfter: nodeRegistrationRequeue}, nil
 }
 
 func (r *DockerMachinePoolMachineReconciler) preloadImages(ctx context.Context, name string, images []string) error {

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +39,7 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 		{name: "fresh container: runs the bootstrap once and records it", sentinelExit: 80, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason, wantBootstrap: true},
 		{name: "already bootstrapped (sentinel): not run again", sentinelExit: 0, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
 		{name: "bootstrap started and never finished: failed, not run twice", sentinelExit: 81, wantReason: infrav1.BootstrapFailedReason},
+		{name: "systemd still booting: waits, runs nothing", sentinelExit: 82, wantReason: infrav1.WaitingForNodeBootReason},
 		{name: "a failing step: failed with the step named", sentinelExit: 80, failStep: "kubeadm join", wantReason: infrav1.BootstrapFailedReason, wantBootstrap: true},
 		{name: "container gone", noContainer: true, wantReason: infrav1.ContainerNotFoundReason},
 		{name: "container stopped", stopped: true, wantReason: infrav1.ContainerNotRunningReason},
@@ -120,4 +123,71 @@ func TestDockerMachinePoolMachineDelete(t *testing.T) {
 
 func containsArg(cmd []string, s string) bool {
 	return slices.ContainsFunc(cmd, func(arg string) bool { return strings.Contains(arg, s) })
+}
+
+func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
+	const name = "workers-node1"
+	const providerID = "docker:////" + name
+	tests := []struct {
+		name        string
+		node        *corev1.Node // in the workload cluster; nil: not registered
+		wantReason  string
+		wantID      string
+		wantRequeue bool
+	}{
+		{name: "Node not registered yet: waits and looks again", wantReason: infrav1.WaitingForNodeReason, wantRequeue: true},
+		{name: "kubelet registered without providerID: set", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			wantReason: infrav1.NodeProviderIDSetReason, wantID: providerID},
+		{name: "already set: left alone", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: providerID}},
+			wantReason: infrav1.NodeProviderIDSetReason, wantID: providerID},
+		{name: "another providerID (immutable): reported, not overwritten", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: "aws:///other"}},
+			wantReason: infrav1.NodeProviderIDMismatchReason, wantID: "aws:///other"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
+			objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{
+				ObjectMeta: metav1.ObjectMeta{
+					Namespace: testNamespace, Name: name,
+					Labels:     map[string]string{clusterv1.ClusterNameLabel: testCluster},
+					Finalizers: []string{infrav1.MachinePoolMachineFinalizer},
+				},
+				Spec: infrav1.DockerMachinePoolMachineSpec{ProviderID: providerID},
+				Status: infrav1.DockerMachinePoolMachineStatus{
+					Conditions:     []metav1.Condition{notPaused()},
+					Initialization: infrav1.DockerMachinePoolMachineInitializationStatus{Provisioned: ptr.To(true)},
+				},
+			})
+			rt := fakeruntime.New()
+			rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
+			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
+				WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).Build()
+			workloadBuilder := fake.NewClientBuilder()
+			if tt.node != nil {
+				workloadBuilder = workloadBuilder.WithObjects(tt.node)
+			}
+			workload := workloadBuilder.Build()
+			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt,
+				ClusterCache: clustercache.NewFakeClusterCache(workload, client.ObjectKey{Namespace: testNamespace, Name: testCluster})}
+
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(res.RequeueAfter > 0).To(Equal(tt.wantRequeue))
+
+			m := &infrav1.DockerMachinePoolMachine{}
+			g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
+			cond := conditions.Get(m, infrav1.NodeProviderIDCondition)
+			g.Expect(cond).ToNot(BeNil())
+			g.Expect(cond.Reason).To(Equal(tt.wantReason), cond.Message)
+			if tt.node != nil {
+				node := &corev1.Node{}
+				g.Expect(workload.Get(context.Background(), client.ObjectKey{Name: name}, node)).To(Succeed())
+				g.Expect(node.Spec.ProviderID).To(Equal(tt.wantID))
+			}
+			ready := conditions.Get(m, infrav1.ReadyCondition)
+			g.Expect(ready).ToNot(BeNil())
+			g.Expect(ready.Status == metav1.ConditionTrue).To(Equal(tt.wantReason == infrav1.NodeProviderIDSetReason))
+		})
+	}
 }

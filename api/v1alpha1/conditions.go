@@ -63,4 +63,17 @@ const (
 	ContainerNotFoundReason = "ContainerNotFound"
 	// ContainerNotRunningReason: the container exists but is not running.
 	ContainerNotRunningReason = "ContainerNotRunning"
+	// WaitingForNodeBootReason: the container runs but its systemd and container runtime are not
+	// up yet; the bootstrap starts when they are.
+	WaitingForNodeBootReason = "WaitingForNodeBoot"
+
+	// NodeProviderIDCondition is true when the Node of the container carries the machine's
+	// providerID, which Cluster API matches MachinePool Machines and nodeRefs on.
+	NodeProviderIDCondition = "NodeProviderIDSet"
+	// NodeProviderIDSetReason: the Node has the providerID.
+	NodeProviderIDSetReason = "Set"
+	// WaitingForNodeReason: the container bootstrapped and its Node has not registered yet.
+	WaitingForNodeReason = "WaitingForNode"
+	// NodeProviderIDMismatchReason: the Node carries another providerID (set by its kubelet).
+	NodeProviderIDMismatchReason = "ProviderIDMismatch"
 )

@@ -99,6 +99,10 @@ const (
 	StateStarted State = "Started"
 	// StateSucceeded means the bootstrap finished and wrote the sentinel.
 	StateSucceeded State = "Succeeded"
+	// StateBooting means no bootstrap step ran and the node is not ready for one: its systemd has
+	// not reached multi-user.target or its container runtime does not answer yet. Nodes without
+	// systemd (the stub image) are never Booting.
+	StateBooting State = "Booting"
 )
 
 // The exit codes of SentinelCheck are unusual on purpose: a shell that cannot run the check must
@@ -107,14 +111,19 @@ const (
 	sentinelExitSucceeded  = 0
 	sentinelExitNotStarted = 80
 	sentinelExitStarted    = 81
+	sentinelExitBooting    = 82
 )
 
 // SentinelCheck is the command that tells how far the bootstrap of a node went; read its exit
 // code with ParseSentinelCheck. A controller that restarted runs it before bootstrapping a node it
-// finds, so that it never bootstraps a node twice.
+// finds, so that it never bootstraps a node twice. On a node that has not bootstrapped it also
+// tells whether the node finished booting, as CAPD waits for before running kubeadm: systemd
+// (PID 1) reached multi-user.target and containerd answers crictl.
 func SentinelCheck() Command {
-	script := fmt.Sprintf(`if [ -f %s ] || [ -f %s ]; then exit %d; fi; if [ -f %s ]; then exit %d; fi; exit %d`,
-		SentinelPath, persistentCompletePath, sentinelExitSucceeded, persistentStartedPath, sentinelExitStarted, sentinelExitNotStarted)
+	booted := `if [ -x /lib/systemd/systemd ]; then ` +
+		`[ "$(cat /proc/1/comm)" = systemd ] && systemctl is-active --quiet multi-user.target && crictl ps >/dev/null 2>&1 || exit %d; fi`
+	script := fmt.Sprintf(`if [ -f %s ] || [ -f %s ]; then exit %d; fi; if [ -f %s ]; then exit %d; fi; `+booted+`; exit %d`,
+		SentinelPath, persistentCompletePath, sentinelExitSucceeded, persistentStartedPath, sentinelExitStarted, sentinelExitBooting, sentinelExitNotStarted)
 	return Command{Argv: []string{"/bin/sh", "-c", script}, Step: "check bootstrap sentinel"}
 }
 
@@ -127,6 +136,8 @@ func ParseSentinelCheck(exitCode int) (State, error) {
 		return StateNotStarted, nil
 	case sentinelExitStarted:
 		return StateStarted, nil
+	case sentinelExitBooting:
+		return StateBooting, nil
 	}
 	return "", fmt.Errorf("bootstrap sentinel check failed with exit code %d", exitCode)
 }

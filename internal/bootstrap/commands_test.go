@@ -504,6 +504,7 @@ func TestSentinelCheck(t *testing.T) {
 		{exitCode: 0, want: StateSucceeded},
 		{exitCode: 80, want: StateNotStarted},
 		{exitCode: 81, want: StateStarted},
+		{exitCode: 82, want: StateBooting},
 		{exitCode: 1, wantErr: true},
 		{exitCode: 127, wantErr: true},
 	}

@@ -151,6 +151,16 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded))
 	})
 
+	t.Run("a systemd image whose PID 1 is not systemd yet is Booting, not ready to bootstrap", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "boot")
+		// The stub's init stands in for a kind entrypoint that has not exec'd systemd yet.
+		sh(g, node, "mkdir -p /lib/systemd && touch /lib/systemd/systemd && chmod +x /lib/systemd/systemd")
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateBooting))
+		sh(g, node, "rm /lib/systemd/systemd")
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateNotStarted))
+	})
+
 	t.Run("cloud-config: a failed join stops the bootstrap and leaves it Started", func(t *testing.T) {
 		g := NewWithT(t)
 		node := newNode(t, "fail")

@@ -161,7 +161,7 @@ func startManager() error {
 			}).SetupWithManager(ctx, mgr, opts)
 		},
 		func() error {
-			return (&controllers.DockerMachinePoolMachineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: engine}).SetupWithManager(ctx, mgr, opts)
+			return (&controllers.DockerMachinePoolMachineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: engine, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 		},
 	}
 	for _, setup := range setups {
