@@ -34,7 +34,7 @@ func Start(ctx context.Context, kubeconfigPath string) (*ControlPlane, error) {
 	}
 	plane := &ControlPlane{Env: management.Env, Config: management.Config}
 	if kubeconfigPath != "" {
-		if err := writeKubeconfig(management.Config, kubeconfigPath); err != nil {
+		if err := WriteKubeconfig(management.Config, kubeconfigPath); err != nil {
 			_ = management.Stop()
 			return nil, err
 		}
@@ -48,7 +48,8 @@ func (p *ControlPlane) Stop() {
 	_ = p.Env.Stop()
 }
 
-func writeKubeconfig(cfg *rest.Config, path string) error {
+// WriteKubeconfig writes a kubeconfig for cfg (certificate or token auth) to path, mode 0600.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kubeconfig := clientcmdapi.NewConfig()
 	kubeconfig.Clusters["embedded"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kubeconfig.AuthInfos["embedded"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}

@@ -1,0 +1,202 @@
+//go:build e2e_local
+
+// Package real is the real tier of test/local: the scenarios of "upgrade both at once" with real
+// KubeadmControlPlanes, real kubelets from the node images `make node-images` builds, CAPD's
+// control-plane machines and CAPDMP's pools (test/realworld). Run it with `make test-e2e-local`.
+package real
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capdmp/capdmp/internal/test/envtest"
+	"github.com/capdmp/capdmp/test/realworld"
+)
+
+// The node images of the chain, oldest first (hack/node-images/node-images.mk builds them).
+const (
+	v135 = "v1.35.4"
+	v136 = "v1.36.3"
+	v137 = "v1.37.2"
+)
+
+var (
+	world *realworld.World
+
+	resultsMu sync.Mutex
+	results   []result
+)
+
+type result struct {
+	name       string
+	failed     bool
+	duration   time.Duration
+	samples    int
+	violations int
+	latencies  []string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctx := context.Background()
+	start := time.Now()
+	var err error
+	world, err = realworld.Start(ctx, realworld.Options{
+		Artifacts: filepath.Join(envtest.RepoRoot(), "_artifacts", "e2e-local"),
+		TokenTTL:  tokenTTL(),
+		Progress:  os.Stdout,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the real world:", err)
+		return 1
+	}
+	code := m.Run()
+	world.Stop()
+	return summarize(os.Stdout, code, time.Since(start))
+}
+
+// tokenTTL is CABPK's bootstrap token TTL: short, so that scenario 3's pause outlives it, and
+// long enough for a control-plane node to join on a loaded machine.
+func tokenTTL() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("E2E_LOCAL_TOKEN_TTL")); err == nil {
+		return d
+	}
+	return 90 * time.Second
+}
+
+// summarize prints each scenario's figures and the suite's verdict in the plain form CI reads.
+func summarize(out io.Writer, code int, wall time.Duration) int {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	passed, failed, violations := 0, 0, 0
+	fmt.Fprintln(out, "\nscenario                                   result  time     samples  violations  gate re-open latency")
+	for _, r := range results {
+		verdict := "pass"
+		if r.failed {
+			verdict, failed = "FAIL", failed+1
+		} else {
+			passed++
+		}
+		violations += r.violations
+		fmt.Fprintf(out, "%-42s %-7s %-8s %-8d %-11d %s\n", r.name, verdict, r.duration.Round(time.Second), r.samples, r.violations, strings.Join(r.latencies, ", "))
+	}
+	fmt.Fprintf(out, "suite wall time: %s\n", wall.Round(time.Second))
+	fmt.Fprintf(out, "skew-violations: %d\n", violations)
+	fmt.Fprintf(out, "%d passed, %d failed\n", passed, failed)
+	if code == 0 && (failed > 0 || violations > 0) {
+		return 1
+	}
+	return code
+}
+
+// scenario is one cluster of the suite, its monitor and its timeline.
+type scenario struct {
+	t     *testing.T
+	g     Gomega
+	ctx   context.Context //nolint:containedctx // one scenario's steps share its context
+	c     *realworld.Cluster
+	mon   *realworld.Monitor
+	start time.Time
+	out   io.Writer
+	res   *result
+}
+
+// newScenario creates the scenario's cluster and monitor; its cleanup prints the timeline
+// summary, checks the monitor saw no violation, deletes the cluster and records the result.
+func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenario {
+	t.Helper()
+	s := &scenario{t: t, g: NewWithT(t), ctx: context.Background(), start: time.Now(), res: &result{name: name}}
+	s.out = prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout}
+	spec.Name = "e2e-" + name
+	c, err := world.CreateCluster(s.ctx, spec)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.c = c
+	s.logf("cluster %s: control plane %s x%d, pool %s x%d", c.Name, spec.ControlPlaneVersion, spec.ControlPlaneReplicas, spec.PoolVersion, spec.PoolReplicas)
+	s.mon, err = c.StartMonitor(s.ctx, 100*time.Millisecond, s.out)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		s.mon.Stop()
+		violations := s.mon.Violations()
+		s.res.samples, s.res.violations = s.mon.Samples(), len(violations)
+		for i, v := range violations {
+			if i == 5 {
+				s.logf("... %d more violations", len(violations)-5)
+				break
+			}
+			s.logf("VIOLATION at %.1fs: %s", v.At.Sub(s.start).Seconds(), v.Detail)
+		}
+		if len(violations) > 0 {
+			t.Errorf("%d samples of %d broke the skew policy", len(violations), s.mon.Samples())
+		}
+		s.logf("deleting the cluster")
+		if err := c.Delete(context.Background(), 5*time.Minute); err != nil {
+			t.Errorf("deleting cluster %s: %v", c.Name, err)
+		}
+		s.res.failed, s.res.duration = t.Failed(), time.Since(s.start)
+		s.logf("done in %s (failed: %t)", s.res.duration.Round(time.Second), s.res.failed)
+		resultsMu.Lock()
+		results = append(results, *s.res)
+		resultsMu.Unlock()
+	})
+	return s
+}
+
+func (s *scenario) logf(format string, args ...any) {
+	fmt.Fprintf(s.out, "  %7.1fs  "+format+"\n", append([]any{time.Since(s.start).Seconds()}, args...)...)
+}
+
+func (s *scenario) waitControlPlane(version string, replicas int32, timeout time.Duration) {
+	s.t.Helper()
+	s.logf("waiting for the control plane at %s x%d", version, replicas)
+	err := realworld.WaitFor(s.ctx, timeout, func(d string) { s.logf("%s", d) }, func(ctx context.Context) (bool, string, error) {
+		return s.c.ControlPlaneAt(ctx, version, replicas)
+	})
+	s.g.Expect(err).NotTo(HaveOccurred(), "control plane at %s", version)
+}
+
+func (s *scenario) waitPool(version string, replicas int32, timeout time.Duration) {
+	s.t.Helper()
+	s.logf("waiting for the pool at %s x%d", version, replicas)
+	err := realworld.WaitFor(s.ctx, timeout, func(d string) { s.logf("%s", d) }, func(ctx context.Context) (bool, string, error) {
+		return s.c.PoolAt(ctx, version, replicas)
+	})
+	s.g.Expect(err).NotTo(HaveOccurred(), "pool at %s", version)
+}
+
+// recordLatency notes the gate's re-open latency for target.
+func (s *scenario) recordLatency(target string) {
+	if d, ok := s.mon.ReopenLatency(target); ok {
+		s.res.latencies = append(s.res.latencies, fmt.Sprintf("%s: %s", target, d.Round(10*time.Millisecond)))
+		s.logf("gate re-open latency to %s: %s (last kube-apiserver at %s -> first pool container of %s)", target, d.Round(10*time.Millisecond), target, target)
+	}
+}
+
+// prefixWriter prefixes every line, so that parallel scenarios' timelines stay readable.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	lines := strings.SplitAfter(string(b), "\n")
+	var sb strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			sb.WriteString(p.prefix + l)
+		}
+	}
+	_, err := io.WriteString(p.w, sb.String())
+	return len(b), err
+}

@@ -1,0 +1,324 @@
+package realworld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
+	kcpadmission "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks/admission"
+	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/test/dockerengine"
+	"github.com/capdmp/capdmp/internal/test/envtest"
+)
+
+// Template is the clusterctl flavor the clusters are made from: CAPD control plane, CAPDMP pool.
+const Template = "templates/cluster-template-machinepool.yaml"
+
+// ClusterSpec is what a scenario's cluster starts as.
+type ClusterSpec struct {
+	// Name is the Cluster's name and namespace.
+	Name                 string
+	ControlPlaneVersion  string
+	ControlPlaneReplicas int
+	PoolVersion          string
+	PoolReplicas         int
+}
+
+// Cluster is a workload cluster made from Template.
+type Cluster struct {
+	w         *World
+	Namespace string
+	Name      string
+	// Pool is the name of the MachinePool, its KubeadmConfig and its DockerMachinePool.
+	Pool         string
+	ControlPlane string
+}
+
+// CreateCluster renders Template with clusterctl's variable processor and applies it: the cluster
+// comes up as a user's would after `clusterctl generate cluster | kubectl apply -f -`. The pool
+// starts at spec.PoolVersion (the template puts the control plane's version everywhere).
+func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, error) {
+	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), Template))
+	if err != nil {
+		return nil, err
+	}
+	vars := map[string]string{
+		"CLUSTER_NAME": spec.Name, "NAMESPACE": spec.Name, "KUBERNETES_VERSION": spec.ControlPlaneVersion,
+		"CONTROL_PLANE_MACHINE_COUNT": strconv.Itoa(spec.ControlPlaneReplicas),
+		"WORKER_MACHINE_COUNT":        strconv.Itoa(spec.PoolReplicas),
+		// The node images' pod network routes node podCIDRs; any private range works.
+		"POD_CIDR": `["10.244.0.0/16"]`, "SERVICE_CIDR": `["10.96.0.0/12"]`,
+	}
+	rendered, err := yamlprocessor.NewSimpleProcessor().Process(raw, func(name string) (string, error) {
+		if v, ok := vars[name]; ok {
+			return v, nil
+		}
+		return "", fmt.Errorf("variable %s is not set", name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", Template, err)
+	}
+	objs, err := utilyaml.ToUnstructured(rendered)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{w: w, Namespace: spec.Name, Name: spec.Name, Pool: spec.Name + "-mp-0", ControlPlane: spec.Name + "-control-plane"}
+	if err := w.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", c.Namespace, err)
+	}
+	for i := range objs {
+		obj := &objs[i]
+		if obj.GetKind() == "MachinePool" && spec.PoolVersion != "" {
+			if err := setNested(obj.Object, spec.PoolVersion, "spec", "template", "spec", "version"); err != nil {
+				return nil, err
+			}
+		}
+		if err := applyDefaults(ctx, obj); err != nil {
+			return nil, fmt.Errorf("defaulting %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if err := w.Client.Create(ctx, obj); err != nil {
+			return nil, fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return c, nil
+}
+
+// applyDefaults does what the providers' defaulting webhooks do in a management cluster: no
+// webhook server runs here. Cluster API's are exported and called as they are; CAPD's
+// DockerCluster defaulter is internal to its module, so its one default is repeated.
+func applyDefaults(ctx context.Context, obj *unstructured.Unstructured) error {
+	var typed interface{ DeepCopyObject() runtime.Object }
+	var defaultObj func() error
+	switch obj.GetKind() {
+	case "KubeadmControlPlane":
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		typed, defaultObj = kcp, func() error { return (&kcpadmission.KubeadmControlPlane{}).Default(ctx, kcp) }
+	case "MachinePool":
+		mp := &clusterv1.MachinePool{}
+		createCtx := admission.NewContextWithRequest(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create}})
+		typed, defaultObj = mp, func() error { return (&coreadmission.MachinePool{}).Default(createCtx, mp) }
+	case "DockerCluster":
+		dc := &capdv1.DockerCluster{}
+		typed, defaultObj = dc, func() error {
+			// CAPD's DockerCluster webhook (test/infrastructure/docker/internal/webhooks).
+			if dc.Spec.ControlPlaneEndpoint.Port == 0 {
+				dc.Spec.ControlPlaneEndpoint.Port = 6443
+			}
+			return nil
+		}
+	default:
+		return nil
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, typed); err != nil {
+		return err
+	}
+	if err := defaultObj(); err != nil {
+		return err
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	if err != nil {
+		return err
+	}
+	obj.Object = content
+	return nil
+}
+
+func setNested(obj map[string]any, value string, fields ...string) error {
+	m := obj
+	for _, f := range fields[:len(fields)-1] {
+		next, ok := m[f].(map[string]any)
+		if !ok {
+			return fmt.Errorf("no field %s in %v", f, fields)
+		}
+		m = next
+	}
+	m[fields[len(fields)-1]] = value
+	return nil
+}
+
+// SetControlPlaneVersion writes the KubeadmControlPlane's spec.version, as a user's apply would.
+func (c *Cluster) SetControlPlaneVersion(ctx context.Context, version string) error {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	return c.update(ctx, kcp, c.ControlPlane, func() { kcp.Spec.Version = version })
+}
+
+// SetPoolVersion writes the MachinePool's spec.template.spec.version.
+func (c *Cluster) SetPoolVersion(ctx context.Context, version string) error {
+	mp := &clusterv1.MachinePool{}
+	return c.update(ctx, mp, c.Pool, func() { mp.Spec.Template.Spec.Version = version })
+}
+
+// SetPoolReplicas writes the MachinePool's spec.replicas.
+func (c *Cluster) SetPoolReplicas(ctx context.Context, replicas int32) error {
+	mp := &clusterv1.MachinePool{}
+	return c.update(ctx, mp, c.Pool, func() { mp.Spec.Replicas = ptr.To(replicas) })
+}
+
+// SetCustomImage writes the DockerMachinePool's spec.template.customImage.
+func (c *Cluster) SetCustomImage(ctx context.Context, image string) error {
+	pool := &infrav1.DockerMachinePool{}
+	return c.update(ctx, pool, c.Pool, func() { pool.Spec.Template.CustomImage = image })
+}
+
+func (c *Cluster) update(ctx context.Context, obj client.Object, name string, mutate func()) error {
+	for {
+		if err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, obj); err != nil {
+			return err
+		}
+		mutate()
+		err := c.w.Client.Update(ctx, obj)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// WorkloadConfig is the admin rest config of the workload cluster (its kubeconfig Secret).
+func (c *Cluster) WorkloadConfig(ctx context.Context) (*rest.Config, error) {
+	secret := &corev1.Secret{}
+	if err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name + "-kubeconfig"}, secret); err != nil {
+		return nil, err
+	}
+	return clientcmd.RESTConfigFromKubeConfig(secret.Data["value"])
+}
+
+// ControlPlaneStatus is the KubeadmControlPlane's status, in one line.
+func (c *Cluster) ControlPlaneStatus(ctx context.Context) (*controlplanev1.KubeadmControlPlane, error) {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.ControlPlane}, kcp)
+	return kcp, err
+}
+
+// DockerMachinePool returns the pool.
+func (c *Cluster) DockerMachinePool(ctx context.Context) (*infrav1.DockerMachinePool, error) {
+	pool := &infrav1.DockerMachinePool{}
+	err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Pool}, pool)
+	return pool, err
+}
+
+// ControlPlaneAt tells whether every control-plane machine runs version and is ready.
+func (c *Cluster) ControlPlaneAt(ctx context.Context, version string, replicas int32) (bool, string, error) {
+	kcp, err := c.ControlPlaneStatus(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	s := kcp.Status
+	desc := fmt.Sprintf("KCP version=%s replicas=%d ready=%d upToDate=%d initialized=%t",
+		s.Version, ptr.Deref(s.Replicas, 0), ptr.Deref(s.ReadyReplicas, 0), ptr.Deref(s.UpToDateReplicas, 0),
+		ptr.Deref(s.Initialization.ControlPlaneInitialized, false))
+	ok := s.Version == version && ptr.Deref(s.Replicas, 0) == replicas &&
+		ptr.Deref(s.ReadyReplicas, 0) == replicas && ptr.Deref(s.UpToDateReplicas, 0) == replicas
+	return ok, desc, nil
+}
+
+// PoolAt tells whether the pool has replicas ready containers, all of version, and the
+// MachinePool counts them ready.
+func (c *Cluster) PoolAt(ctx context.Context, version string, replicas int32) (bool, string, error) {
+	pool, err := c.DockerMachinePool(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	mp := &clusterv1.MachinePool{}
+	if err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Pool}, mp); err != nil {
+		return false, "", err
+	}
+	var versions []string
+	ready := 0
+	for _, i := range pool.Status.Instances {
+		versions = append(versions, i.Version)
+		if i.Ready && i.Version == version {
+			ready++
+		}
+	}
+	desc := fmt.Sprintf("pool instances=%v ready-at-%s=%d MachinePool ready=%d gate=%q", versions, version, ready,
+		ptr.Deref(mp.Status.ReadyReplicas, 0), pool.Status.VersionGate.WaitingReason)
+	ok := len(pool.Status.Instances) == int(replicas) && ready == int(replicas) && ptr.Deref(mp.Status.ReadyReplicas, 0) == replicas
+	return ok, desc, nil
+}
+
+// WaitFor polls cond every second until it holds, the timeout passes or ctx ends; progress gets
+// cond's description whenever it changes.
+func WaitFor(ctx context.Context, timeout time.Duration, progress func(string), cond func(context.Context) (bool, string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		ok, desc, err := cond(ctx)
+		if err != nil && !apierrors.IsNotFound(err) {
+			desc = "error: " + err.Error()
+		}
+		if desc != last && progress != nil {
+			progress(desc)
+			last = desc
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %s: %s", timeout, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Delete deletes the Cluster, waits for Cluster API to remove every machine, and checks that no
+// container of the cluster is left; leftovers are removed and reported as an error.
+func (c *Cluster) Delete(ctx context.Context, timeout time.Duration) error {
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}
+	if err := c.w.Client.Delete(ctx, cluster); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	waitErr := WaitFor(ctx, timeout, nil, func(ctx context.Context) (bool, string, error) {
+		err := c.w.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)
+		if apierrors.IsNotFound(err) {
+			return true, "deleted", nil
+		}
+		return false, "Cluster still exists", err
+	})
+	left, err := c.Containers(ctx)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		_, _ = dockerengine.Docker(ctx, c.w.DockerHost, nil, append([]string{"rm", "-f", "-v"}, left...)...)
+		return errors.Join(waitErr, fmt.Errorf("containers left after deleting Cluster %s (removed now): %v", c.Name, left))
+	}
+	return waitErr
+}
+
+// Containers lists the names of the cluster's containers (CAPD's and CAPDMP's carry kind's
+// cluster label).
+func (c *Cluster) Containers(ctx context.Context) ([]string, error) {
+	out, err := dockerengine.Docker(ctx, c.w.DockerHost, nil, "ps", "-a", "--filter", "label=io.x-k8s.kind.cluster="+c.Name, "--format", "{{.Names}}")
+	if err != nil {
+		return nil, err
+	}
+	names := strings.Fields(out)
+	slices.Sort(names)
+	return names, nil
+}
