@@ -57,8 +57,17 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 	$(MAKE) verify
 	$(MAKE) lint
 
+E2E_LOCAL_PARALLEL ?= 4
+E2E_LOCAL_TIMEOUT ?= 75m
+E2E_LOCAL_RUN ?= .
+E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
+
 .PHONY: test-e2e-local
-test-e2e-local: test-realnode ## Real tier: node images built from source, real kubeadm and kubelets (slow; cached images)
+test-e2e-local: envtest-binaries test-realnode ## Real tier: node images from source, smoke test, then the upgrade scenarios on real KCP, CAPD and CAPDMP nodes
+	mkdir -p $(dir $(E2E_LOCAL_LOG))
+	eval "$$(hack/docker-engine.sh start)" && go test -tags e2e_local -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
+	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/local/real/ 2>&1 | tee $(E2E_LOCAL_LOG); \
+	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
 
@@ -66,6 +75,15 @@ include hack/node-images/node-images.mk
 .PHONY: run
 run: envtest-binaries docker-engine ## Run the manager on an embedded control plane and a local Docker engine (the main job)
 	eval "$$(hack/docker-engine.sh env)" && go run . --embedded --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:9440
+
+DEMO_FROM ?= v1.36.3
+DEMO_TO ?= v1.37.2
+
+.PHONY: demo
+demo: envtest-binaries docker-engine ## Scenario 1 with real nodes as a live timeline (builds the two node images first; Ctrl-C cleans up)
+	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(DEMO_FROM) $(DEMO_TO)"
+	go build -o $(BIN)/demo ./test/realworld/cmd/demo
+	eval "$$(hack/docker-engine.sh env)" && $(BIN)/demo --from $(DEMO_FROM) --to $(DEMO_TO)
 
 .PHONY: build
 build: ## Build the manager binary

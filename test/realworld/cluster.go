@@ -311,6 +311,21 @@ func (c *Cluster) Delete(ctx context.Context, timeout time.Duration) error {
 	return waitErr
 }
 
+// RemoveClusterContainers removes every container of cluster name (kind's cluster label), with
+// their volumes: the way out when the management plane cannot delete the cluster any more.
+func (w *World) RemoveClusterContainers(ctx context.Context, name string) error {
+	out, err := dockerengine.Docker(ctx, w.DockerHost, nil, "ps", "-aq", "--filter", "label=io.x-k8s.kind.cluster="+name)
+	if err != nil {
+		return err
+	}
+	if ids := strings.Fields(out); len(ids) > 0 {
+		if _, err := dockerengine.Docker(ctx, w.DockerHost, nil, append([]string{"rm", "-f", "-v"}, ids...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Containers lists the names of the cluster's containers (CAPD's and CAPDMP's carry kind's
 // cluster label).
 func (c *Cluster) Containers(ctx context.Context) ([]string, error) {

@@ -67,14 +67,15 @@ type Monitor struct {
 	httpClient *http.Client
 }
 
-// StartMonitor starts sampling every interval; each change is printed to out as a timeline line.
-func (c *Cluster) StartMonitor(ctx context.Context, interval time.Duration, out io.Writer) (*Monitor, error) {
+// StartMonitor starts sampling every interval; each change is printed to out as a timeline line
+// stamped with the time since start.
+func (c *Cluster) StartMonitor(ctx context.Context, start time.Time, interval time.Duration, out io.Writer) (*Monitor, error) {
 	engine, err := container.NewDocker()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	m := &Monitor{c: c, interval: interval, out: out, start: time.Now(), engine: engine, stop: cancel, done: make(chan struct{})}
+	m := &Monitor{c: c, interval: interval, out: out, start: start, engine: engine, stop: cancel, done: make(chan struct{})}
 	go m.run(ctx)
 	return m, nil
 }

@@ -30,6 +30,7 @@ import (
 	kcpreconciler "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	coresetup "sigs.k8s.io/cluster-api/core/setup"
 	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
@@ -202,10 +203,12 @@ func (w *World) startCore(logger logr.Logger) error {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
+	// One ClusterCache serves every reconciler here; core's options (Pods read live, as drain
+	// needs) suit KCP too, which then reads its static pods from the API server.
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: mgr.GetAPIReader(),
-		Cache:        clustercache.CacheOptions{Indexes: []clustercache.CacheOptionsIndex{clustercache.NodeProviderIDIndex}},
-		Client:       clustercache.ClientOptions{UserAgent: "capdmp-realworld", Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}}}},
+		Cache:        coresetup.ClusterCacheCacheOptions(),
+		Client:       coresetup.ClusterCacheClientOptions("capdmp-realworld", 20, 30),
 	}, opts)
 	if err != nil {
 		cancel()
