@@ -85,6 +85,9 @@ func (s *scenario) sawMixedControlPlaneWhileWaiting() bool {
 // back to back and v1.36 -> v1.37 with 20 s between them: six upgrades on three clusters, which
 // keeps the suite inside CI's budget. Scenario 7 (manager restart) is TestManagerRestartMidUpgrade.
 func TestUpgradeBothAtOnce(t *testing.T) {
+	// Parallel with the other scenarios too: they share -parallel slots instead of waiting for
+	// these three.
+	t.Parallel()
 	tests := []struct {
 		name   string
 		writes []write
