@@ -46,6 +46,10 @@ type ClusterSpec struct {
 	ControlPlaneReplicas int
 	PoolVersion          string
 	PoolReplicas         int
+	// SkipAddons leaves out kube-proxy and CoreDNS (kubeadm's addon phases, and KCP's upgrades of
+	// them): the scenarios measure kubelets against kube-apiservers, and on two cores the addons'
+	// pods in every cluster cost time the suite does not have. Nodes are Ready without them.
+	SkipAddons bool
 }
 
 // Cluster is a workload cluster made from Template.
@@ -97,7 +101,7 @@ func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, 
 				return nil, err
 			}
 		}
-		if err := applyDefaults(ctx, obj); err != nil {
+		if err := applyDefaults(ctx, obj, spec); err != nil {
 			return nil, fmt.Errorf("defaulting %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 		if err := w.Client.Create(ctx, obj); err != nil {
@@ -110,13 +114,18 @@ func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, 
 // applyDefaults does what the providers' defaulting webhooks do in a management cluster: no
 // webhook server runs here. Cluster API's are exported and called as they are; CAPD's
 // DockerCluster defaulter is internal to its module, so its one default is repeated.
-func applyDefaults(ctx context.Context, obj *unstructured.Unstructured) error {
+func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec ClusterSpec) error {
 	var typed interface{ DeepCopyObject() runtime.Object }
 	var defaultObj func() error
 	switch obj.GetKind() {
 	case "KubeadmControlPlane":
 		kcp := &controlplanev1.KubeadmControlPlane{}
-		typed, defaultObj = kcp, func() error { return (&kcpadmission.KubeadmControlPlane{}).Default(ctx, kcp) }
+		typed, defaultObj = kcp, func() error {
+			if spec.SkipAddons {
+				skipAddons(kcp)
+			}
+			return (&kcpadmission.KubeadmControlPlane{}).Default(ctx, kcp)
+		}
 	case "MachinePool":
 		mp := &clusterv1.MachinePool{}
 		createCtx := admission.NewContextWithRequest(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create}})
@@ -145,6 +154,16 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured) error {
 	}
 	obj.Object = content
 	return nil
+}
+
+func skipAddons(kcp *controlplanev1.KubeadmControlPlane) {
+	if kcp.Annotations == nil {
+		kcp.Annotations = map[string]string{}
+	}
+	kcp.Annotations[controlplanev1.SkipCoreDNSAnnotation] = ""
+	kcp.Annotations[controlplanev1.SkipKubeProxyAnnotation] = ""
+	init := &kcp.Spec.KubeadmConfigSpec.InitConfiguration
+	init.SkipPhases = append(init.SkipPhases, "addon/coredns", "addon/kube-proxy")
 }
 
 func setNested(obj map[string]any, value string, fields ...string) error {

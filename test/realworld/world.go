@@ -223,7 +223,9 @@ func (w *World) startCore(logger logr.Logger) error {
 		cancel()
 		return fmt.Errorf("connecting CAPD to the Docker engine: %w", err)
 	}
-	etcdLogger, _ := zap.NewProduction()
+	// KCP's etcd client logs retries of members that are joining or leaving at warning level;
+	// the controllers' own log says what matters.
+	etcdLogger := zap.NewNop()
 	setups := []func() error{
 		func() error {
 			return (&clusterreconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)

@@ -120,6 +120,7 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 	s := &scenario{t: t, g: NewWithT(t), ctx: context.Background(), start: time.Now(), res: &result{name: name}}
 	s.out = prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout}
 	spec.Name = "e2e-" + name
+	spec.SkipAddons = true
 	c, err := world.CreateCluster(s.ctx, spec)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.c = c
