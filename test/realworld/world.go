@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,6 +54,16 @@ const Network = "kind"
 
 // hostSysctls are kernel settings the kubelet changes that no container namespace isolates.
 var hostSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
+
+// raisedSysctls are raised while the world runs, as kind's known-issues page asks: inotify limits
+// are per user across the host, and every node's systemd, kubelet and containerd take instances.
+// With Debian's default of 128 instances a dozen nodes exhaust them, and a kubelet that cannot
+// watch /etc/kubernetes/manifests starts its static pods minutes late (a control-plane join then
+// fails in kubeadm's etcd-join phase).
+var raisedSysctls = map[string]int{
+	"fs/inotify/max_user_instances": 8192,
+	"fs/inotify/max_user_watches":   524288,
+}
 
 // Options configure a World.
 type Options struct {
@@ -170,6 +181,22 @@ func (w *World) recordSysctls() {
 		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
 			w.sysctls[s] = strings.TrimSpace(string(b))
 		}
+	}
+	for s, want := range raisedSysctls {
+		b, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			continue
+		}
+		current := strings.TrimSpace(string(b))
+		if n, err := strconv.Atoi(current); err == nil && n >= want {
+			continue
+		}
+		if err := os.WriteFile("/proc/sys/"+s, []byte(strconv.Itoa(want)+"\n"), 0o644); err != nil { //nolint:gosec // /proc/sys keeps its own modes
+			w.progressf("raising sysctl %s to %d: %v (nodes may start slowly)", strings.ReplaceAll(s, "/", "."), want, err)
+			continue
+		}
+		w.sysctls[s] = current
+		w.progressf("raised sysctl %s from %s to %d while running", strings.ReplaceAll(s, "/", "."), current, want)
 	}
 }
 
