@@ -34,10 +34,13 @@ type Sample struct {
 	PoolKubelets []string
 	// Gate is the DockerMachinePool's waiting reason, "" when the gate admits its target.
 	Gate string
+	// ControlPlaneStatus is the KubeadmControlPlane's status.version (its oldest machine's),
+	// what the gate reads; it trails the kube-apiservers while KCP removes an old machine.
+	ControlPlaneStatus string
 }
 
 func (s Sample) key() string {
-	return fmt.Sprint(s.APIServers, s.PoolContainers, s.PoolKubelets, s.Gate)
+	return fmt.Sprint(s.APIServers, s.PoolContainers, s.PoolKubelets, s.Gate, s.ControlPlaneStatus)
 }
 
 // Violation is a sample that breaks the version skew policy for a pool kubelet.
@@ -130,6 +133,9 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	if pool, err := m.c.DockerMachinePool(ctx); err == nil {
 		s.Gate = pool.Status.VersionGate.WaitingReason
 	}
+	if kcp, err := m.c.ControlPlaneStatus(ctx); err == nil {
+		s.ControlPlaneStatus = kcp.Status.Version
+	}
 	for _, l := range [][]string{s.APIServers, s.PoolContainers, s.PoolKubelets} {
 		slices.SortFunc(l, compareVersions)
 	}
@@ -218,8 +224,12 @@ func (m *Monitor) line(s Sample) string {
 	if gate == "" {
 		gate = "admitted"
 	}
-	return fmt.Sprintf("  %7.1fs  apiservers %-28s pool containers %-28s pool kubelets %-28s gate %s",
-		s.At.Sub(m.start).Seconds(), summarize(s.APIServers), summarize(s.PoolContainers), summarize(s.PoolKubelets), gate)
+	cp := s.ControlPlaneStatus
+	if cp == "" {
+		cp = "-"
+	}
+	return fmt.Sprintf("  %7.1fs  apiservers %-24s KCP status %-8s pool containers %-24s pool kubelets %-24s gate %s",
+		s.At.Sub(m.start).Seconds(), summarize(s.APIServers), cp, summarize(s.PoolContainers), summarize(s.PoolKubelets), gate)
 }
 
 // violation checks a sample against the skew policy, by minor version as the policy states it.
@@ -273,18 +283,25 @@ func (m *Monitor) Changes() []Sample {
 
 // ReopenLatency is the time from the first sample where every answering kube-apiserver runs
 // target (the control plane's last one reached it) to the first sample with a pool container of
-// target. ok is false when either did not happen.
-func (m *Monitor) ReopenLatency(target string) (latency time.Duration, ok bool) {
-	var allAtTarget time.Time
+// target; fromStatus is the part of it after the KubeadmControlPlane's status.version reached
+// target, which is what the gate reads. ok is false when either did not happen.
+func (m *Monitor) ReopenLatency(target string) (latency, fromStatus time.Duration, ok bool) {
+	var allAtTarget, statusAtTarget time.Time
 	for _, s := range m.Changes() {
 		if allAtTarget.IsZero() && len(s.APIServers) > 0 && compareVersions(s.APIServers[0], target) >= 0 {
 			allAtTarget = s.At
 		}
+		if statusAtTarget.IsZero() && s.ControlPlaneStatus != "" && compareVersions(s.ControlPlaneStatus, target) >= 0 {
+			statusAtTarget = s.At
+		}
 		if !allAtTarget.IsZero() && slices.Contains(s.PoolContainers, target) {
-			return s.At.Sub(allAtTarget), true
+			if statusAtTarget.IsZero() {
+				statusAtTarget = s.At
+			}
+			return s.At.Sub(allAtTarget), s.At.Sub(statusAtTarget), true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 func summarize(versions []string) string {

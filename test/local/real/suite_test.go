@@ -178,10 +178,13 @@ func (s *scenario) waitPool(version string, replicas int32, timeout time.Duratio
 
 // recordLatency notes the gate's re-open latency for target.
 func (s *scenario) recordLatency(target string) {
-	if d, ok := s.mon.ReopenLatency(target); ok {
-		s.res.latencies = append(s.res.latencies, fmt.Sprintf("%s: %s", target, d.Round(10*time.Millisecond)))
-		s.logf("gate re-open latency to %s: %s (last kube-apiserver at %s -> first pool container of %s)", target, d.Round(10*time.Millisecond), target, target)
+	latency, fromStatus, ok := s.mon.ReopenLatency(target)
+	if !ok {
+		return
 	}
+	s.res.latencies = append(s.res.latencies, fmt.Sprintf("%s: %s (%s after KCP status)", target, latency.Round(10*time.Millisecond), fromStatus.Round(10*time.Millisecond)))
+	s.logf("gate re-open latency to %s: %s from the last kube-apiserver at %s to the first pool container of %s, %s of it after KCP's status.version said %s",
+		target, latency.Round(10*time.Millisecond), target, target, fromStatus.Round(10*time.Millisecond), target)
 }
 
 // prefixWriter prefixes every line, so that parallel scenarios' timelines stay readable.

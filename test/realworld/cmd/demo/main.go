@@ -72,7 +72,7 @@ func run(ctx context.Context, from, to string, poolFirst bool) (err error) {
 		err = errors.Join(err, c.Delete(cleanup, 5*time.Minute))
 	}()
 	say("cluster %s: control plane %s (1 node, CAPD + KubeadmControlPlane), MachinePool %s (2 CAPDMP nodes)", name, from, from)
-	fmt.Println("\n  time      kube-apiservers (each asked)     pool containers                  pool kubelets (Nodes)            gate")
+	fmt.Println("\ntimeline, a line per change: every kube-apiserver's /version asked at its node, KCP's status.version,\nthe pool's containers (the kubelet each runs or will run), the pool's Nodes, and the gate")
 	mon, err := c.StartMonitor(ctx, start, 100*time.Millisecond, os.Stdout)
 	if err != nil {
 		return err
@@ -104,8 +104,9 @@ func run(ctx context.Context, from, to string, poolFirst bool) (err error) {
 		return err
 	}
 	mon.Stop()
-	if d, ok := mon.ReopenLatency(to); ok {
-		say("gate re-open latency: %s (last kube-apiserver at %s -> first pool container of %s)", d.Round(10*time.Millisecond), to, to)
+	if d, fromStatus, ok := mon.ReopenLatency(to); ok {
+		say("gate re-open latency: %s from the last kube-apiserver at %s to the first pool container of %s (%s after KCP's status said so)",
+			d.Round(10*time.Millisecond), to, to, fromStatus.Round(10*time.Millisecond))
 	}
 	violations := mon.Violations()
 	for _, v := range violations {
