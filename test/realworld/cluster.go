@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
@@ -50,6 +51,10 @@ type ClusterSpec struct {
 	// them): the scenarios measure kubelets against kube-apiservers, and on two cores the addons'
 	// pods in every cluster cost time the suite does not have. Nodes are Ready without them.
 	SkipAddons bool
+	// KubeadmTimeout, when set, raises kubeadm's waits for the control plane's components, the
+	// kubelet and etcd (2 and 4 minutes by default) on init and join: on a loaded machine a new
+	// etcd member can take longer to start, and kubeadm's etcd-join phase then fails for good.
+	KubeadmTimeout time.Duration
 }
 
 // Cluster is a workload cluster made from Template.
@@ -123,6 +128,12 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec Clu
 		typed, defaultObj = kcp, func() error {
 			if spec.SkipAddons {
 				skipAddons(kcp)
+			}
+			if spec.KubeadmTimeout > 0 {
+				seconds := ptr.To(int32(spec.KubeadmTimeout.Seconds()))
+				for _, t := range []*bootstrapv1.Timeouts{&kcp.Spec.KubeadmConfigSpec.InitConfiguration.Timeouts, &kcp.Spec.KubeadmConfigSpec.JoinConfiguration.Timeouts} {
+					t.ControlPlaneComponentHealthCheckSeconds, t.KubeletHealthCheckSeconds, t.EtcdAPICallSeconds = seconds, seconds, seconds
+				}
 			}
 			return (&kcpadmission.KubeadmControlPlane{}).Default(ctx, kcp)
 		}

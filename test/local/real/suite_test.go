@@ -121,6 +121,7 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 	s.out = prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout}
 	spec.Name = "e2e-" + name
 	spec.SkipAddons = true
+	spec.KubeadmTimeout = 10 * time.Minute
 	c, err := world.CreateCluster(s.ctx, spec)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.c = c
