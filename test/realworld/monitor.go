@@ -281,24 +281,34 @@ func (m *Monitor) Changes() []Sample {
 	return slices.Clone(m.changes)
 }
 
-// ReopenLatency is the time from the first sample where every answering kube-apiserver runs
-// target (the control plane's last one reached it) to the first sample with a pool container of
-// target; fromStatus is the part of it after the KubeadmControlPlane's status.version reached
+// ReopenLatency is the time from the control plane's last kube-apiserver reaching target (the
+// first sample after the last one in which an older kube-apiserver answered, so that one that
+// missed a sample while busy does not count as gone) to the first sample with a pool container
+// of target; fromStatus is the part of it after the KubeadmControlPlane's status.version reached
 // target, which is what the gate reads. ok is false when either did not happen.
 func (m *Monitor) ReopenLatency(target string) (latency, fromStatus time.Duration, ok bool) {
 	var allAtTarget, statusAtTarget time.Time
-	for _, s := range m.Changes() {
-		if allAtTarget.IsZero() && len(s.APIServers) > 0 && compareVersions(s.APIServers[0], target) >= 0 {
-			allAtTarget = s.At
-		}
-		if statusAtTarget.IsZero() && s.ControlPlaneStatus != "" && compareVersions(s.ControlPlaneStatus, target) >= 0 {
-			statusAtTarget = s.At
-		}
-		if !allAtTarget.IsZero() && slices.Contains(s.PoolContainers, target) {
+	changes := m.Changes()
+	for i, s := range changes {
+		if slices.Contains(s.PoolContainers, target) {
+			if allAtTarget.IsZero() {
+				return 0, 0, false
+			}
 			if statusAtTarget.IsZero() {
 				statusAtTarget = s.At
 			}
 			return s.At.Sub(allAtTarget), s.At.Sub(statusAtTarget), true
+		}
+		if len(s.APIServers) > 0 && compareVersions(s.APIServers[0], target) < 0 {
+			allAtTarget = time.Time{}
+			if i+1 < len(changes) {
+				allAtTarget = changes[i+1].At
+			}
+		} else if allAtTarget.IsZero() && len(s.APIServers) > 0 {
+			allAtTarget = s.At
+		}
+		if statusAtTarget.IsZero() && s.ControlPlaneStatus != "" && compareVersions(s.ControlPlaneStatus, target) >= 0 {
+			statusAtTarget = s.At
 		}
 	}
 	return 0, 0, false

@@ -1,0 +1,84 @@
+package realworld
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestViolation(t *testing.T) {
+	tests := []struct {
+		name   string
+		sample Sample
+		want   string
+	}{
+		{name: "no kube-apiserver answers: nothing to compare", sample: Sample{PoolContainers: []string{"v1.37.2"}}},
+		{name: "same minor, newer patch: allowed", sample: Sample{APIServers: []string{"v1.36.1"}, PoolKubelets: []string{"v1.36.3"}}},
+		{name: "pool at the oldest apiserver's minor", sample: Sample{APIServers: []string{"v1.36.3", "v1.37.2"}, PoolContainers: []string{"v1.36.3"}}},
+		{name: "container newer than the oldest apiserver", sample: Sample{APIServers: []string{"v1.36.3", "v1.37.2"}, PoolContainers: []string{"v1.37.2"}},
+			want: "pool container v1.37.2 newer than kube-apiserver v1.36.3"},
+		{name: "kubelet newer", sample: Sample{APIServers: []string{"v1.36.3"}, PoolKubelets: []string{"v1.37.0"}},
+			want: "pool kubelet v1.37.0 newer than kube-apiserver v1.36.3"},
+		{name: "three minors older: allowed", sample: Sample{APIServers: []string{"v1.37.2"}, PoolKubelets: []string{"v1.34.0"}}},
+		{name: "four minors older", sample: Sample{APIServers: []string{"v1.37.2"}, PoolKubelets: []string{"v1.33.9"}},
+			want: "pool kubelet v1.33.9 more than three minors older than kube-apiserver v1.37.2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(violation(tt.sample)).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestReopenLatency(t *testing.T) {
+	start := time.Now()
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	tests := []struct {
+		name           string
+		changes        []Sample
+		wantLatency    time.Duration
+		wantFromStatus time.Duration
+		wantOK         bool
+	}{
+		{
+			name: "old apiserver gone, KCP status follows, then the first new container",
+			changes: []Sample{
+				{At: at(0), APIServers: []string{"v1.36.3"}, PoolContainers: []string{"v1.36.3"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(10), APIServers: []string{"v1.36.3", "v1.37.2"}, PoolContainers: []string{"v1.36.3"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(20), APIServers: []string{"v1.37.2"}, PoolContainers: []string{"v1.36.3"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(25), APIServers: []string{"v1.37.2"}, PoolContainers: []string{"v1.36.3"}, ControlPlaneStatus: "v1.37.2"},
+				{At: at(26), APIServers: []string{"v1.37.2"}, PoolContainers: []string{"v1.36.3", "v1.37.2"}, ControlPlaneStatus: "v1.37.2"},
+			},
+			wantLatency: 6 * time.Second, wantFromStatus: time.Second, wantOK: true,
+		},
+		{
+			name: "an old apiserver that missed samples while busy does not count as gone",
+			changes: []Sample{
+				{At: at(0), APIServers: []string{"v1.36.3", "v1.37.2"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(5), APIServers: []string{"v1.37.2"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(6), APIServers: []string{"v1.36.3", "v1.37.2"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(30), APIServers: []string{"v1.37.2"}, ControlPlaneStatus: "v1.36.3"},
+				{At: at(31), APIServers: []string{}, ControlPlaneStatus: "v1.37.2"},
+				{At: at(33), APIServers: []string{"v1.37.2"}, PoolContainers: []string{"v1.37.2"}, ControlPlaneStatus: "v1.37.2"},
+			},
+			wantLatency: 3 * time.Second, wantFromStatus: 2 * time.Second, wantOK: true,
+		},
+		{
+			name: "no new container yet",
+			changes: []Sample{
+				{At: at(0), APIServers: []string{"v1.37.2"}, PoolContainers: []string{"v1.36.3"}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			m := &Monitor{changes: tt.changes}
+			latency, fromStatus, ok := m.ReopenLatency("v1.37.2")
+			g.Expect(ok).To(Equal(tt.wantOK))
+			g.Expect(latency).To(Equal(tt.wantLatency))
+			g.Expect(fromStatus).To(Equal(tt.wantFromStatus))
+		})
+	}
+}
