@@ -173,7 +173,11 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
 			g.Expect(err).ToNot(HaveOccurred())
-			g.Expect(res.RequeueAfter > 0).To(Equal(tt.wantRequeue))
+			if tt.wantRequeue {
+				g.Expect(res.RequeueAfter).To(BeNumerically(">", 0))
+			} else {
+				g.Expect(res.RequeueAfter).To(BeZero())
+			}
 
 			m := &infrav1.DockerMachinePoolMachine{}
 			g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
@@ -187,7 +191,11 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 			}
 			ready := conditions.Get(m, infrav1.ReadyCondition)
 			g.Expect(ready).ToNot(BeNil())
-			g.Expect(ready.Status == metav1.ConditionTrue).To(Equal(tt.wantReason == infrav1.NodeProviderIDSetReason))
+			wantReady := metav1.ConditionFalse
+			if tt.wantReason == infrav1.NodeProviderIDSetReason {
+				wantReady = metav1.ConditionTrue
+			}
+			g.Expect(ready.Status).To(Equal(wantReady))
 		})
 	}
 }

@@ -142,7 +142,7 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec Clu
 		createCtx := admission.NewContextWithRequest(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create}})
 		typed, defaultObj = mp, func() error { return (&coreadmission.MachinePool{}).Default(createCtx, mp) }
 	case "DockerCluster":
-		dc := &capdv1.DockerCluster{}
+		dc := &capdv1.DockerCluster{} //nolint:staticcheck // CAPD v1.14's DockerCluster, which the template uses
 		typed, defaultObj = dc, func() error {
 			// CAPD's DockerCluster webhook (test/infrastructure/docker/internal/webhooks).
 			if dc.Spec.ControlPlaneEndpoint.Port == 0 {
@@ -257,12 +257,26 @@ func (c *Cluster) ControlPlaneAt(ctx context.Context, version string, replicas i
 		return false, "", err
 	}
 	s := kcp.Status
-	desc := fmt.Sprintf("KCP version=%s replicas=%d ready=%d upToDate=%d initialized=%t",
-		s.Version, ptr.Deref(s.Replicas, 0), ptr.Deref(s.ReadyReplicas, 0), ptr.Deref(s.UpToDateReplicas, 0),
+	desc := fmt.Sprintf("KCP versions=%s replicas=%d ready=%d upToDate=%d initialized=%t",
+		StatusVersions(kcp), ptr.Deref(s.Replicas, 0), ptr.Deref(s.ReadyReplicas, 0), ptr.Deref(s.UpToDateReplicas, 0),
 		ptr.Deref(s.Initialization.ControlPlaneInitialized, false))
-	ok := s.Version == version && ptr.Deref(s.Replicas, 0) == replicas &&
+	ok := len(s.Versions) == 1 && s.Versions[0].Version == version && ptr.Deref(s.Replicas, 0) == replicas &&
 		ptr.Deref(s.ReadyReplicas, 0) == replicas && ptr.Deref(s.UpToDateReplicas, 0) == replicas
 	return ok, desc, nil
+}
+
+// StatusVersions is the KubeadmControlPlane's status.versions, oldest first ("-" when empty):
+// the machines' versions, which the gate reads through the contract.
+func StatusVersions(kcp *controlplanev1.KubeadmControlPlane) string {
+	versions := make([]string, 0, len(kcp.Status.Versions))
+	for _, v := range kcp.Status.Versions {
+		versions = append(versions, v.Version)
+	}
+	if len(versions) == 0 {
+		return "-"
+	}
+	slices.SortFunc(versions, compareVersions)
+	return strings.Join(versions, ",")
 }
 
 // PoolAt tells whether the pool has replicas ready containers, all of version, and the

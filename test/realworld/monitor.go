@@ -34,8 +34,8 @@ type Sample struct {
 	PoolKubelets []string
 	// Gate is the DockerMachinePool's waiting reason, "" when the gate admits its target.
 	Gate string
-	// ControlPlaneStatus is the KubeadmControlPlane's status.version (its oldest machine's),
-	// what the gate reads; it trails the kube-apiservers while KCP removes an old machine.
+	// ControlPlaneStatus is the KubeadmControlPlane's status.versions, oldest first: what the
+	// gate reads; it trails the kube-apiservers while KCP removes an old machine.
 	ControlPlaneStatus string
 }
 
@@ -134,7 +134,7 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 		s.Gate = pool.Status.VersionGate.WaitingReason
 	}
 	if kcp, err := m.c.ControlPlaneStatus(ctx); err == nil {
-		s.ControlPlaneStatus = kcp.Status.Version
+		s.ControlPlaneStatus = StatusVersions(kcp)
 	}
 	for _, l := range [][]string{s.APIServers, s.PoolContainers, s.PoolKubelets} {
 		slices.SortFunc(l, compareVersions)
@@ -224,12 +224,8 @@ func (m *Monitor) line(s Sample) string {
 	if gate == "" {
 		gate = "admitted"
 	}
-	cp := s.ControlPlaneStatus
-	if cp == "" {
-		cp = "-"
-	}
-	return fmt.Sprintf("  %7.1fs  apiservers %-24s KCP status %-8s pool containers %-24s pool kubelets %-24s gate %s",
-		s.At.Sub(m.start).Seconds(), summarize(s.APIServers), cp, summarize(s.PoolContainers), summarize(s.PoolKubelets), gate)
+	return fmt.Sprintf("  %7.1fs  apiservers %-24s KCP status %-16s pool containers %-24s pool kubelets %-24s gate %s",
+		s.At.Sub(m.start).Seconds(), summarize(s.APIServers), s.ControlPlaneStatus, summarize(s.PoolContainers), summarize(s.PoolKubelets), gate)
 }
 
 // violation checks a sample against the skew policy, by minor version as the policy states it.
@@ -307,7 +303,7 @@ func (m *Monitor) ReopenLatency(target string) (latency, fromStatus time.Duratio
 		} else if allAtTarget.IsZero() && len(s.APIServers) > 0 {
 			allAtTarget = s.At
 		}
-		if statusAtTarget.IsZero() && s.ControlPlaneStatus != "" && compareVersions(s.ControlPlaneStatus, target) >= 0 {
+		if oldest, _, _ := strings.Cut(s.ControlPlaneStatus, ","); statusAtTarget.IsZero() && oldest != "-" && oldest != "" && compareVersions(oldest, target) >= 0 {
 			statusAtTarget = s.At
 		}
 	}

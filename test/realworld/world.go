@@ -28,13 +28,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
-	kcpreconciler "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	kcpreconciler "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
 	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
-	coresetup "sigs.k8s.io/cluster-api/core/setup"
 	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
+	coresetup "sigs.k8s.io/cluster-api/core/setup"
 	capdcontainer "sigs.k8s.io/cluster-api/test/infrastructure/container"
 	capdcontrollers "sigs.k8s.io/cluster-api/test/infrastructure/docker/controllers"
 	"sigs.k8s.io/cluster-api/util/index"
@@ -191,7 +191,7 @@ func (w *World) recordSysctls() {
 		if n, err := strconv.Atoi(current); err == nil && n >= want {
 			continue
 		}
-		if err := os.WriteFile("/proc/sys/"+s, []byte(strconv.Itoa(want)+"\n"), 0o644); err != nil { //nolint:gosec // /proc/sys keeps its own modes
+		if err := os.WriteFile("/proc/sys/"+s, []byte(strconv.Itoa(want)+"\n"), 0o644); err != nil {
 			w.progressf("raising sysctl %s to %d: %v (nodes may start slowly)", strings.ReplaceAll(s, "/", "."), want, err)
 			continue
 		}
@@ -206,7 +206,7 @@ func (w *World) restoreSysctls() {
 		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == v {
 			continue
 		}
-		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil { //nolint:gosec // /proc/sys keeps its own modes
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
 			w.progressf("restoring sysctl %s=%s: %v", s, v, err)
 			continue
 		}
@@ -330,7 +330,7 @@ func (w *World) StartCAPDMP() error {
 		}
 		w.capdLog = f
 	}
-	cmd := exec.Command(w.binary, //nolint:gosec // our own binary
+	cmd := exec.Command(w.binary,
 		"--leader-elect=false", "--enable-webhooks=false", "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:0", "--docker-network="+Network, "--v=2")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.Kubeconfig, "DOCKER_HOST="+w.DockerHost)
