@@ -324,6 +324,9 @@ func WaitFor(ctx context.Context, timeout time.Duration, progress func(string), 
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("interrupted while waiting: %s", last)
+			}
 			return fmt.Errorf("after %s: %s", timeout, last)
 		case <-time.After(time.Second):
 		}
