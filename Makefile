@@ -57,7 +57,7 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 	$(MAKE) verify
 	$(MAKE) lint
 
-E2E_LOCAL_PARALLEL ?= 3
+E2E_LOCAL_PARALLEL ?= 2
 E2E_LOCAL_TIMEOUT ?= 75m
 E2E_LOCAL_RUN ?= .
 E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
