@@ -184,7 +184,7 @@ func (s *scenario) recordLatency(target string) {
 		return
 	}
 	s.res.latencies = append(s.res.latencies, fmt.Sprintf("%s: %s (%s after KCP status)", target, latency.Round(10*time.Millisecond), fromStatus.Round(10*time.Millisecond)))
-	s.logf("gate re-open latency to %s: %s from the last kube-apiserver at %s to the first pool container of %s, %s of it after KCP's status.version said %s",
+	s.logf("gate re-open latency to %s: %s from the last kube-apiserver at %s to the first pool container of %s, %s of it after KCP's status.versions said %s",
 		target, latency.Round(10*time.Millisecond), target, target, fromStatus.Round(10*time.Millisecond), target)
 }
 
