@@ -27,7 +27,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean or build-tagged tests do not compile
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
-	go vet -tags e2e,e2e_local ./test/e2e/... ./test/realnode/...
+	go vet -tags e2e,e2e_local ./test/e2e/... ./test/realnode/... ./test/local/real/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
