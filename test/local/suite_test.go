@@ -12,11 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
-	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
-	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
-	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
 	"sigs.k8s.io/cluster-api/util/index"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +24,7 @@ import (
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/envtest"
 	"github.com/capdmp/capdmp/test/nodeimage"
+	"github.com/capdmp/capdmp/test/realworld"
 )
 
 // Stub node image versions the scenarios use: four consecutive minors across kubeadm's
@@ -142,18 +139,7 @@ func startManager() error {
 		return err
 	}
 	setups := []func() error{
-		func() error {
-			return (&clusterreconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinereconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)
-		},
+		func() error { return realworld.SetupCoreReconcilers(ctx, mgr, cc, opts, tokenTTL) },
 		func() error {
 			return (&controllers.DockerMachinePoolReconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,

@@ -254,20 +254,9 @@ func (w *World) startCore(logger logr.Logger) error {
 	// the controllers' own log says what matters.
 	etcdLogger := zap.NewNop()
 	setups := []func() error{
-		func() error {
-			return (&clusterreconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinereconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		},
+		func() error { return SetupCoreReconcilers(ctx, mgr, cc, opts, w.opts.TokenTTL) },
 		func() error {
 			return (&machineset.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: w.opts.TokenTTL}).SetupWithManager(ctx, mgr, opts)
 		},
 		func() error {
 			o := opts
@@ -299,6 +288,32 @@ func (w *World) startCore(logger logr.Logger) error {
 		}
 	}()
 	w.coreStop = cancel
+	return nil
+}
+
+// SetupCoreReconcilers adds what every MachinePool test needs of Cluster API's management side:
+// the Cluster, Machine, MachinePool and KubeadmConfig reconcilers (CABPK with tokenTTL). The
+// fast tier (test/local) runs these alone; the real world adds MachineSet, KCP and CAPD.
+func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, opts controller.Options, tokenTTL time.Duration) error {
+	setups := []func() error{
+		func() error {
+			return (&clusterreconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
+		},
+		func() error {
+			return (&machinereconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
+		},
+		func() error {
+			return (&machinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
+		},
+		func() error {
+			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)
+		},
+	}
+	for _, setup := range setups {
+		if err := setup(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
