@@ -21,6 +21,8 @@ import (
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/cluster-api/test/infrastructure/container"
 	"sigs.k8s.io/cluster-api/test/infrastructure/kind"
+
+	"github.com/capdmp/capdmp/internal/test/hostsysctl"
 )
 
 const (
@@ -33,9 +35,6 @@ const (
 	// What CAPD's cloud-init adapter adds to every kubeadm init and join.
 	ignorePreflightErrors = "SystemVerification,Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"
 )
-
-// hostSysctls are the kernel settings the kubelet changes that no container namespace isolates.
-var hostSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
 
 // multiUserTarget is CAPD's probe for a node ready to bootstrap (docker/internal/docker/machine.go).
 var multiUserTarget = regexp.MustCompile("Reached target .*Multi-User System.*")
@@ -55,8 +54,14 @@ func TestRealNodes(t *testing.T) {
 		t.Fatalf("no Docker engine answers (run `eval \"$(hack/docker-engine.sh start)\"`): %v", err)
 	}
 
-	restore := recordSysctls(t)
-	t.Cleanup(restore)
+	host := hostsysctl.Host{StateFile: hostsysctl.DefaultStateFile(), Logf: t.Logf}
+	sysctls, err := host.Record(hostsysctl.KubeletChanged, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := sysctls.Restore(); err != nil {
+			t.Error(err)
+		}
+	})
 
 	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
@@ -322,32 +327,6 @@ func (c *cluster) teardown() {
 	}
 	if _, err := c.docker.NetworkRemove(ctx, c.network, client.NetworkRemoveOptions{}); err != nil {
 		c.t.Errorf("removing network %s: %v", c.network, err)
-	}
-}
-
-// recordSysctls records the host settings the kubelet changes and returns what restores them.
-func recordSysctls(t *testing.T) func() {
-	t.Helper()
-	saved := map[string]string{}
-	for _, s := range hostSysctls {
-		b, err := os.ReadFile("/proc/sys/" + s)
-		if err != nil {
-			t.Fatalf("reading sysctl %s: %v", s, err)
-		}
-		saved[s] = strings.TrimSpace(string(b))
-	}
-	return func() {
-		for s, v := range saved {
-			p := "/proc/sys/" + s
-			if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == v {
-				continue
-			}
-			if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
-				t.Errorf("restoring sysctl %s=%s: %v", s, v, err)
-				continue
-			}
-			t.Logf("restored sysctl %s=%s", strings.ReplaceAll(s, "/", "."), v)
-		}
 	}
 }
 

@@ -15,8 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -46,24 +44,12 @@ import (
 	"github.com/capdmp/capdmp/internal/embedded"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/envtest"
+	"github.com/capdmp/capdmp/internal/test/hostsysctl"
 )
 
 // Network is the Docker network of every node: CAPD v1.14.2 puts its machines and load
 // balancers on kind's network, and CAPDMP's --docker-network defaults to it.
 const Network = "kind"
-
-// hostSysctls are kernel settings the kubelet changes that no container namespace isolates.
-var hostSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
-
-// raisedSysctls are raised while the world runs, as kind's known-issues page asks: inotify limits
-// are per user across the host, and every node's systemd, kubelet and containerd take instances.
-// With Debian's default of 128 instances a dozen nodes exhaust them, and a kubelet that cannot
-// watch /etc/kubernetes/manifests starts its static pods minutes late (a control-plane join then
-// fails in kubeadm's etcd-join phase).
-var raisedSysctls = map[string]int{
-	"fs/inotify/max_user_instances": 8192,
-	"fs/inotify/max_user_watches":   524288,
-}
 
 // Options configure a World.
 type Options struct {
@@ -89,7 +75,7 @@ type World struct {
 	coreStop       context.CancelFunc
 	coreDone       chan struct{}
 	createdNetwork bool
-	sysctls        map[string]string
+	sysctls        *hostsysctl.Snapshot
 	logFile        *os.File
 
 	mu      sync.Mutex
@@ -116,7 +102,10 @@ func Start(ctx context.Context, o Options) (w *World, err error) {
 		return nil, err
 	}
 	_ = os.Setenv("DOCKER_HOST", w.DockerHost)
-	w.recordSysctls()
+	host := hostsysctl.Host{StateFile: hostsysctl.DefaultStateFile(), Logf: w.progressf}
+	if w.sysctls, err = host.Record(hostsysctl.KubeletChanged, hostsysctl.InotifyForManyNodes); err != nil {
+		return nil, err
+	}
 	if err := w.ensureNetwork(ctx); err != nil {
 		return nil, err
 	}
@@ -173,45 +162,6 @@ func (w *World) ensureNetwork(ctx context.Context) error {
 	}
 	w.createdNetwork = true
 	return nil
-}
-
-func (w *World) recordSysctls() {
-	w.sysctls = map[string]string{}
-	for _, s := range hostSysctls {
-		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
-			w.sysctls[s] = strings.TrimSpace(string(b))
-		}
-	}
-	for s, want := range raisedSysctls {
-		b, err := os.ReadFile("/proc/sys/" + s)
-		if err != nil {
-			continue
-		}
-		current := strings.TrimSpace(string(b))
-		if n, err := strconv.Atoi(current); err == nil && n >= want {
-			continue
-		}
-		if err := os.WriteFile("/proc/sys/"+s, []byte(strconv.Itoa(want)+"\n"), 0o644); err != nil {
-			w.progressf("raising sysctl %s to %d: %v (nodes may start slowly)", strings.ReplaceAll(s, "/", "."), want, err)
-			continue
-		}
-		w.sysctls[s] = current
-		w.progressf("raised sysctl %s from %s to %d while running", strings.ReplaceAll(s, "/", "."), current, want)
-	}
-}
-
-func (w *World) restoreSysctls() {
-	for s, v := range w.sysctls {
-		p := "/proc/sys/" + s
-		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == v {
-			continue
-		}
-		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
-			w.progressf("restoring sysctl %s=%s: %v", s, v, err)
-			continue
-		}
-		w.progressf("restored sysctl %s=%s", strings.ReplaceAll(s, "/", "."), v)
-	}
 }
 
 // startCore runs, in this process, what a management cluster runs besides CAPDMP: Cluster API's
@@ -404,7 +354,11 @@ func (w *World) Stop() {
 			w.progressf("removing network %s: %v", Network, err)
 		}
 	}
-	w.restoreSysctls()
+	if w.sysctls != nil {
+		if err := w.sysctls.Restore(); err != nil {
+			w.progressf("%v", err)
+		}
+	}
 	for _, f := range []*os.File{w.logFile, w.capdLog} {
 		if f != nil {
 			_ = f.Close()
