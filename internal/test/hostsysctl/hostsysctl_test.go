@@ -77,7 +77,7 @@ func TestRecordAndRestore(t *testing.T) {
 				g.Expect(os.WriteFile(stateFile, []byte(tt.stateFile), 0o644)).To(Succeed())
 			}
 			var logged []string
-			h := Host{Root: root, StateFile: stateFile, Logf: func(format string, args ...any) {
+			h := Host{Root: root, StateFile: stateFile, Logf: func(format string, _ ...any) {
 				logged = append(logged, format)
 			}}
 
