@@ -125,8 +125,13 @@ func startManager() error {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)}
+	secrets, err := realworld.NewSecretCachingClient(mgr)
+	if err != nil {
+		cancel()
+		return err
+	}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: mgr.GetAPIReader(),
+		SecretClient: secrets,
 		Cache:        clustercache.CacheOptions{Indexes: []clustercache.CacheOptionsIndex{clustercache.NodeProviderIDIndex}},
 		Client:       clustercache.ClientOptions{UserAgent: "capdmp-test-local"},
 	}, opts)
@@ -139,7 +144,7 @@ func startManager() error {
 		return err
 	}
 	setups := []func() error{
-		func() error { return realworld.SetupCoreReconcilers(ctx, mgr, cc, opts, tokenTTL) },
+		func() error { return realworld.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, tokenTTL) },
 		func() error {
 			return (&controllers.DockerMachinePoolReconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,

@@ -180,10 +180,15 @@ func (w *World) startCore(logger logr.Logger) error {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
+	secrets, err := NewSecretCachingClient(mgr)
+	if err != nil {
+		cancel()
+		return err
+	}
 	// One ClusterCache serves every reconciler here; core's options (Pods read live, as drain
 	// needs) suit KCP too, which then reads its static pods from the API server.
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: mgr.GetAPIReader(),
+		SecretClient: secrets,
 		Cache:        coresetup.ClusterCacheCacheOptions(),
 		Client:       coresetup.ClusterCacheClientOptions("capdmp-realworld", 20, 30),
 	}, opts)
@@ -204,7 +209,7 @@ func (w *World) startCore(logger logr.Logger) error {
 	// the controllers' own log says what matters.
 	etcdLogger := zap.NewNop()
 	setups := []func() error{
-		func() error { return SetupCoreReconcilers(ctx, mgr, cc, opts, w.opts.TokenTTL) },
+		func() error { return SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, w.opts.TokenTTL) },
 		func() error {
 			return (&machineset.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 		},
@@ -212,7 +217,7 @@ func (w *World) startCore(logger logr.Logger) error {
 			o := opts
 			o.ReconciliationTimeout = 3 * time.Minute // KCP talks to every etcd member
 			return (&kcpreconciler.Reconciler{
-				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretCachingClient: mgr.GetClient(), ClusterCache: cc,
+				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretCachingClient: secrets, ClusterCache: cc,
 				EtcdDialTimeout: 10 * time.Second, EtcdCallTimeout: 15 * time.Second, EtcdLogger: etcdLogger,
 				RemoteConditionsGracePeriod: 5 * time.Minute,
 			}).SetupWithManager(ctx, mgr, o)
@@ -244,7 +249,9 @@ func (w *World) startCore(logger logr.Logger) error {
 // SetupCoreReconcilers adds what every MachinePool test needs of Cluster API's management side:
 // the Cluster, Machine, MachinePool and KubeadmConfig reconcilers (CABPK with tokenTTL). The
 // fast tier (test/local) runs these alone; the real world adds MachineSet, KCP and CAPD.
-func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, opts controller.Options, tokenTTL time.Duration) error {
+// secretCachingClient reads Secrets from the manager's cache, as Cluster API's managers do
+// (NewSecretCachingClient).
+func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, secretCachingClient client.Client, opts controller.Options, tokenTTL time.Duration) error {
 	setups := []func() error{
 		func() error {
 			return (&clusterreconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
@@ -256,7 +263,7 @@ func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache
 			return (&machinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 		},
 		func() error {
-			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)
+			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: secretCachingClient, APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)
 		},
 	}
 	for _, setup := range setups {
@@ -265,6 +272,22 @@ func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache
 		}
 	}
 	return nil
+}
+
+// NewSecretCachingClient is a client that reads from the manager's cache, Secrets included,
+// which the manager's own client reads live (client.CacheOptions.DisableFor): Cluster API's
+// managers give KCP, CABPK and the ClusterCache such a client, and reading every certificate and
+// kubeconfig Secret live made the management API server the busiest process of the real tier.
+func NewSecretCachingClient(mgr ctrl.Manager) (client.Client, error) {
+	c, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme:     mgr.GetScheme(),
+		HTTPClient: mgr.GetHTTPClient(),
+		Cache:      &client.CacheOptions{Reader: mgr.GetCache()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the Secret caching client: %w", err)
+	}
+	return c, nil
 }
 
 // buildManager builds the manager binary from this repository, as `make build` does.
