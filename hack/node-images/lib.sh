@@ -6,6 +6,10 @@ NODE_IMAGES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${NODE_IMAGES_DIR}/../.." && pwd)"
 CAPDMP_CACHE="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}"
 NODE_IMAGES_CACHE="${NODE_IMAGES_CACHE:-${CAPDMP_CACHE}/node-images}"
+# The Go compiler collects garbage less often: about 7 % less wall time for a cold build here
+# (`go build std` into an empty cache: 57.3 and 58.8 s at GOGC=400 against 62.9 and 62.0 s at
+# 100, alternated), memory is plentiful, and a cold run builds Kubernetes three times.
+export GOGC="${GOGC:-400}"
 
 log() { printf '[node-images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
