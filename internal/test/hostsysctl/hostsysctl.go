@@ -90,10 +90,13 @@ func (h Host) Record(keep []string, raise map[string]int) (*Snapshot, error) {
 		}
 		s.values[name] = v
 	}
+	// From here on the host may change: a setting that cannot be read or raised is reported and
+	// skipped, so that what was changed is always recorded.
 	for _, name := range sortedKeys(raise) {
 		current, err := h.read(name)
 		if err != nil {
-			return nil, err
+			h.logf("Not raising sysctl %s: %v", dotted(name), err)
+			continue
 		}
 		if n, err := strconv.Atoi(current); err == nil && n >= raise[name] {
 			continue

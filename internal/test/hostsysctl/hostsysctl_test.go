@@ -119,10 +119,23 @@ func TestRecordWritesWhatAKilledRunNeeds(t *testing.T) {
 	g.Expect(st.Values).To(Equal(map[string]string{"kernel/panic": "0", "fs/inotify/max_user_instances": "128"}))
 }
 
-func TestRecordFailsOnAMissingSetting(t *testing.T) {
+func TestRecordFailsOnAMissingSettingToKeep(t *testing.T) {
 	g := NewWithT(t)
 	_, err := Host{Root: t.TempDir()}.Record([]string{"kernel/panic"}, nil)
 	g.Expect(err).To(MatchError(ContainSubstring("reading sysctl kernel.panic")))
+}
+
+func TestRecordSkipsAMissingSettingToRaise(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"fs/inotify/max_user_watches": "100"})
+	raise := map[string]int{"fs/inotify/max_user_instances": 8192, "fs/inotify/max_user_watches": 524288}
+
+	snapshot, err := Host{Root: root}.Record(nil, raise)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(readTree(t, root)).To(Equal(map[string]string{"fs/inotify/max_user_watches": "524288"}))
+	g.Expect(snapshot.Restore()).To(Succeed())
+	g.Expect(readTree(t, root)).To(Equal(map[string]string{"fs/inotify/max_user_watches": "100"}))
 }
 
 func writeTree(t *testing.T, root string, values map[string]string) {
