@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/util/index"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,10 +126,10 @@ func startManager() error {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)}
-	secrets, err := realworld.NewSecretCachingClient(mgr)
+	secrets, err := kcpsetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		cancel()
-		return err
+		return fmt.Errorf("creating the Secret caching client: %w", err)
 	}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secrets,

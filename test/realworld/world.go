@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	kcpreconciler "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
+	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
@@ -180,10 +181,12 @@ func (w *World) startCore(logger logr.Logger) error {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
-	secrets, err := NewSecretCachingClient(mgr)
+	// Reads Secrets from the manager's cache, as Cluster API's managers give KCP, CABPK and the
+	// ClusterCache (the manager's own client reads them live).
+	secrets, err := kcpsetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		cancel()
-		return err
+		return fmt.Errorf("creating the Secret caching client: %w", err)
 	}
 	// One ClusterCache serves every reconciler here; core's options (Pods read live, as drain
 	// needs) suit KCP too, which then reads its static pods from the API server.
@@ -250,7 +253,7 @@ func (w *World) startCore(logger logr.Logger) error {
 // the Cluster, Machine, MachinePool and KubeadmConfig reconcilers (CABPK with tokenTTL). The
 // fast tier (test/local) runs these alone; the real world adds MachineSet, KCP and CAPD.
 // secretCachingClient reads Secrets from the manager's cache, as Cluster API's managers do
-// (NewSecretCachingClient).
+// (CreateSecretCachingClient of sigs.k8s.io/cluster-api/controlplane/kubeadm/setup).
 func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, secretCachingClient client.Client, opts controller.Options, tokenTTL time.Duration) error {
 	setups := []func() error{
 		func() error {
@@ -272,22 +275,6 @@ func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache
 		}
 	}
 	return nil
-}
-
-// NewSecretCachingClient is a client that reads from the manager's cache, Secrets included,
-// which the manager's own client reads live (client.CacheOptions.DisableFor): Cluster API's
-// managers give KCP, CABPK and the ClusterCache such a client, and reading every certificate and
-// kubeconfig Secret live made the management API server the busiest process of the real tier.
-func NewSecretCachingClient(mgr ctrl.Manager) (client.Client, error) {
-	c, err := client.New(mgr.GetConfig(), client.Options{
-		Scheme:     mgr.GetScheme(),
-		HTTPClient: mgr.GetHTTPClient(),
-		Cache:      &client.CacheOptions{Reader: mgr.GetCache()},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the Secret caching client: %w", err)
-	}
-	return c, nil
 }
 
 // buildManager builds the manager binary from this repository, as `make build` does.

@@ -12,9 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,7 +93,7 @@ func (h Host) Record(keep []string, raise map[string]int) (*Snapshot, error) {
 	}
 	// From here on the host may change: a setting that cannot be read or raised is reported and
 	// skipped, so that what was changed is always recorded.
-	for _, name := range sortedKeys(raise) {
+	for _, name := range slices.Sorted(maps.Keys(raise)) {
 		current, err := h.read(name)
 		if err != nil {
 			h.logf("Not raising sysctl %s: %v", dotted(name), err)
@@ -109,7 +110,7 @@ func (h Host) Record(keep []string, raise map[string]int) (*Snapshot, error) {
 		h.logf("Raised sysctl %s from %s to %d while running", dotted(name), current, raise[name])
 	}
 	if left != nil {
-		for _, name := range sortedKeys(left.Values) {
+		for _, name := range slices.Sorted(maps.Keys(left.Values)) {
 			h.logf("Sysctl %s=%s was recorded by a run that did not restore it", dotted(name), left.Values[name])
 			s.values[name] = left.Values[name]
 		}
@@ -126,7 +127,7 @@ func (h Host) Record(keep []string, raise map[string]int) (*Snapshot, error) {
 // file once all are back.
 func (s *Snapshot) Restore() error {
 	var errs []error
-	for _, name := range sortedKeys(s.values) {
+	for _, name := range slices.Sorted(maps.Keys(s.values)) {
 		want := s.values[name]
 		if current, err := s.host.read(name); err == nil && current == want {
 			continue
@@ -208,12 +209,3 @@ func processAlive(pid int) bool {
 }
 
 func dotted(name string) string { return strings.ReplaceAll(name, "/", ".") }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
