@@ -13,8 +13,11 @@ import (
 
 	"github.com/blang/semver/v4"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -65,9 +68,20 @@ type Monitor struct {
 	violations []Violation
 	stop       context.CancelFunc
 	done       chan struct{}
+	// first, last and maxGap measure the sampling itself: the interval asked for holds only
+	// while a sample takes less.
+	first, last time.Time
+	maxGap      time.Duration
+	maxGapEnd   time.Time
+	// controlPlane is the control-plane containers of the last sample: their kube-apiservers are
+	// asked while the engine lists the containers again.
+	controlPlane []container.Container
 
-	workload   client.Client
-	httpClient *http.Client
+	// nodes watches the workload cluster's Nodes once its kubeconfig exists, so that a sample
+	// reads them from memory; the kube-apiservers' versions are still asked of each server.
+	nodes         ctrlcache.Cache
+	nodesInformer ctrlcache.Informer
+	httpClient    *http.Client
 }
 
 // StartMonitor starts sampling every interval; each change is printed to out as a timeline line
@@ -88,6 +102,7 @@ func (m *Monitor) run(ctx context.Context) {
 	ticker := time.NewTicker(m.interval)
 	defer ticker.Stop()
 	for {
+		m.connect(ctx)
 		m.sampleOnce(ctx)
 		select {
 		case <-ctx.Done():
@@ -101,7 +116,18 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s := Sample{At: time.Now()}
+	// The two slowest reads of a sample, at once: a sample that took their sum missed the 100 ms
+	// rate on a loaded machine. A control-plane node the list finds is asked from the next sample on.
+	apiServers := make(chan []string, 1)
+	go func() {
+		if m.httpClient == nil {
+			apiServers <- nil
+			return
+		}
+		apiServers <- m.apiServerVersions(ctx, m.controlPlane)
+	}()
 	nodes, err := m.engine.List(ctx, map[string]string{"io.x-k8s.kind.cluster": m.c.Name})
+	s.APIServers = <-apiServers
 	if err != nil {
 		return
 	}
@@ -116,13 +142,10 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			poolNames[n.Name] = true
 		}
 	}
-	m.connect(ctx)
-	if m.httpClient != nil {
-		s.APIServers = m.apiServerVersions(ctx, controlPlane)
-	}
-	if m.workload != nil && len(poolNames) > 0 {
+	m.controlPlane = controlPlane
+	if m.nodes != nil && m.nodesInformer.HasSynced() && len(poolNames) > 0 {
 		nodeList := &corev1.NodeList{}
-		if err := m.workload.List(ctx, nodeList); err == nil {
+		if err := m.nodes.List(ctx, nodeList); err == nil {
 			for _, n := range nodeList.Items {
 				if poolNames[n.Name] {
 					s.PoolKubelets = append(s.PoolKubelets, n.Status.NodeInfo.KubeletVersion)
@@ -130,10 +153,12 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			}
 		}
 	}
-	if pool, err := m.c.DockerMachinePool(ctx); err == nil {
+	pool := &infrav1.DockerMachinePool{}
+	if err := m.c.w.cached.Get(ctx, client.ObjectKey{Namespace: m.c.Namespace, Name: m.c.Pool}, pool); err == nil {
 		s.Gate = pool.Status.VersionGate.WaitingReason
 	}
-	if kcp, err := m.c.ControlPlaneStatus(ctx); err == nil {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := m.c.w.cached.Get(ctx, client.ObjectKey{Namespace: m.c.Namespace, Name: m.c.ControlPlane}, kcp); err == nil {
 		s.ControlPlaneStatus = StatusVersions(kcp)
 	}
 	for _, l := range [][]string{s.APIServers, s.PoolContainers, s.PoolKubelets} {
@@ -142,12 +167,15 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	m.record(s)
 }
 
-// connect makes the workload clients once the workload kubeconfig exists.
+// connect makes the workload clients once the workload kubeconfig exists: an HTTP client for
+// the kube-apiservers' /version and a watch on Nodes that lives as long as the monitor.
 func (m *Monitor) connect(ctx context.Context) {
-	if m.workload != nil {
+	if m.nodes != nil {
 		return
 	}
-	cfg, err := m.c.WorkloadConfig(ctx)
+	getCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cfg, err := m.c.WorkloadConfig(getCtx)
 	if err != nil {
 		return
 	}
@@ -156,11 +184,23 @@ func (m *Monitor) connect(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	workload, err := client.New(cfg, client.Options{})
+	// No timeout for the watch itself: rest.Config's Timeout would end every watch after 2 s.
+	watchCfg := rest.CopyConfig(cfg)
+	watchCfg.Timeout = 0
+	// A fixed mapping: discovery would wait here, and stop the sampling, until the workload
+	// kube-apiserver first answers.
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
+	nodes, err := ctrlcache.New(watchCfg, ctrlcache.Options{Mapper: mapper, ReaderFailOnMissingInformer: true})
 	if err != nil {
 		return
 	}
-	m.httpClient, m.workload = httpClient, workload
+	informer, err := nodes.GetInformer(ctx, &corev1.Node{}, ctrlcache.BlockUntilSynced(false))
+	if err != nil {
+		return
+	}
+	go func() { _ = nodes.Start(ctx) }()
+	m.httpClient, m.nodes, m.nodesInformer = httpClient, nodes, informer
 }
 
 // apiServerVersions asks each control-plane node's kube-apiserver for its version at the node's
@@ -207,6 +247,12 @@ func (m *Monitor) record(s Sample) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.samples++
+	if m.first.IsZero() {
+		m.first = s.At
+	} else if gap := s.At.Sub(m.last); gap > m.maxGap {
+		m.maxGap, m.maxGapEnd = gap, s.At
+	}
+	m.last = s.At
 	if v := violation(s); v != "" {
 		m.violations = append(m.violations, Violation{At: s.At, Detail: v})
 	}
@@ -254,6 +300,17 @@ func violation(s Sample) string {
 func (m *Monitor) Stop() {
 	m.stop()
 	<-m.done
+}
+
+// Interval is the mean time between samples, the longest gap between two of them and when,
+// since the monitor's start, that gap ended.
+func (m *Monitor) Interval() (mean, maxGap, maxGapEnd time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.samples < 2 {
+		return 0, 0, 0
+	}
+	return m.last.Sub(m.first) / time.Duration(m.samples-1), m.maxGap, m.maxGapEnd.Sub(m.start)
 }
 
 // Samples is how many samples were taken.

@@ -82,3 +82,32 @@ func TestReopenLatency(t *testing.T) {
 		})
 	}
 }
+
+func TestInterval(t *testing.T) {
+	start := time.Now()
+	tests := []struct {
+		name        string
+		offsetsMS   []int
+		wantMean    time.Duration
+		wantLongest time.Duration
+		wantEnd     time.Duration
+	}{
+		{name: "no sample"},
+		{name: "one sample: no interval yet", offsetsMS: []int{0}},
+		{name: "steady", offsetsMS: []int{0, 100, 200, 300}, wantMean: 100 * time.Millisecond, wantLongest: 100 * time.Millisecond, wantEnd: 100 * time.Millisecond},
+		{name: "one slow sample shows as the longest gap", offsetsMS: []int{0, 100, 700, 800}, wantMean: 266666666 * time.Nanosecond, wantLongest: 600 * time.Millisecond, wantEnd: 700 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			m := &Monitor{start: start}
+			for _, ms := range tt.offsetsMS {
+				m.record(Sample{At: start.Add(time.Duration(ms) * time.Millisecond)})
+			}
+			mean, longest, end := m.Interval()
+			g.Expect(mean).To(Equal(tt.wantMean))
+			g.Expect(longest).To(Equal(tt.wantLongest))
+			g.Expect(end).To(Equal(tt.wantEnd))
+		})
+	}
+}

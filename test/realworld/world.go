@@ -66,7 +66,10 @@ type Options struct {
 type World struct {
 	opts Options
 	// Client is an uncached client of the management API server.
-	Client     client.Client
+	Client client.Client
+	// cached reads from the in-process manager's informers: the monitors' many reads cost the
+	// management API server nothing.
+	cached     client.Reader
 	Management *envtest.Management
 	// DockerHost is the engine every node runs on.
 	DockerHost string
@@ -246,6 +249,7 @@ func (w *World) startCore(logger logr.Logger) error {
 		}
 	}()
 	w.coreStop = cancel
+	w.cached = mgr.GetClient()
 	return nil
 }
 

@@ -41,6 +41,7 @@ type result struct {
 	failed     bool
 	duration   time.Duration
 	samples    int
+	interval   string
 	violations int
 	latencies  []string
 }
@@ -81,7 +82,7 @@ func summarize(out io.Writer, code int, wall time.Duration) int {
 	resultsMu.Lock()
 	defer resultsMu.Unlock()
 	passed, failed, violations := 0, 0, 0
-	fmt.Fprintln(out, "\nscenario                                   result  time     samples  violations  gate re-open latency")
+	fmt.Fprintln(out, "\nscenario                                   result  time     samples  every (longest gap)  violations  gate re-open latency")
 	for _, r := range results {
 		verdict := "pass"
 		if r.failed {
@@ -90,7 +91,7 @@ func summarize(out io.Writer, code int, wall time.Duration) int {
 			passed++
 		}
 		violations += r.violations
-		fmt.Fprintf(out, "%-42s %-7s %-8s %-8d %-11d %s\n", r.name, verdict, r.duration.Round(time.Second), r.samples, r.violations, strings.Join(r.latencies, ", "))
+		fmt.Fprintf(out, "%-42s %-7s %-8s %-8d %-20s %-11d %s\n", r.name, verdict, r.duration.Round(time.Second), r.samples, r.interval, r.violations, strings.Join(r.latencies, ", "))
 	}
 	fmt.Fprintf(out, "suite wall time: %s\n", wall.Round(time.Second))
 	fmt.Fprintf(out, "skew-violations: %d\n", violations)
@@ -132,6 +133,9 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 		s.mon.Stop()
 		violations := s.mon.Violations()
 		s.res.samples, s.res.violations = s.mon.Samples(), len(violations)
+		mean, longest, end := s.mon.Interval()
+		s.res.interval = fmt.Sprintf("%s (%s)", mean.Round(time.Millisecond), longest.Round(time.Millisecond))
+		s.logf("sampled every %s on average; longest gap %s, ending at %.1fs", mean.Round(time.Millisecond), longest.Round(time.Millisecond), end.Seconds())
 		for i, v := range violations {
 			if i == 5 {
 				s.logf("... %d more violations", len(violations)-5)

@@ -113,7 +113,8 @@ func run(ctx context.Context, from, to string, poolFirst bool) (err error) {
 	for _, v := range violations {
 		say("VIOLATION at %.1fs: %s", v.At.Sub(start).Seconds(), v.Detail)
 	}
-	say("skew-violations: %d (%d samples)", len(violations), mon.Samples())
+	mean, longest, _ := mon.Interval()
+	say("skew-violations: %d (%d samples, one every %s, longest gap %s)", len(violations), mon.Samples(), mean.Round(time.Millisecond), longest.Round(time.Millisecond))
 	if len(violations) > 0 {
 		return fmt.Errorf("%d samples broke the skew policy", len(violations))
 	}
