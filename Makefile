@@ -34,8 +34,8 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "not gofmt-clean"; exit 1; }
 
 .PHONY: lint
-lint: ## Run golangci-lint
-	$(TOOLS) golangci-lint run ./...
+lint: ## Run golangci-lint (build-tagged e2e and real-tier code included)
+	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local ./...
 
 .PHONY: manifests
 manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
