@@ -53,7 +53,9 @@ func (s *scenario) apply(version string, delay time.Duration, writes ...write) {
 func (s *scenario) upgrade(version string, cpReplicas, poolReplicas int32, delay time.Duration, writes ...write) {
 	s.t.Helper()
 	s.apply(version, delay, writes...)
-	s.waitControlPlane(version, cpReplicas, upgradeDone)
+	// KCP replaces the control-plane machines one at a time: beside another scenario on two cores
+	// each took 2.5-4 minutes to join and turn ready, and a three-node rollout outlasted 12 minutes.
+	s.waitControlPlane(version, cpReplicas, upgradeDone+time.Duration(cpReplicas-1)*5*time.Minute)
 	s.waitPool(version, poolReplicas, upgradeDone)
 	s.recordLatency(version)
 }
