@@ -236,17 +236,25 @@ func (c *Cluster) WorkloadConfig(ctx context.Context) (*rest.Config, error) {
 	return clientcmd.RESTConfigFromKubeConfig(secret.Data["value"])
 }
 
-// ControlPlaneStatus is the KubeadmControlPlane's status, in one line.
+// ControlPlaneStatus returns the KubeadmControlPlane, read live.
 func (c *Cluster) ControlPlaneStatus(ctx context.Context) (*controlplanev1.KubeadmControlPlane, error) {
+	return c.controlPlaneFrom(ctx, c.w.Client)
+}
+
+// DockerMachinePool returns the pool, read live.
+func (c *Cluster) DockerMachinePool(ctx context.Context) (*infrav1.DockerMachinePool, error) {
+	return c.poolFrom(ctx, c.w.Client)
+}
+
+func (c *Cluster) controlPlaneFrom(ctx context.Context, r client.Reader) (*controlplanev1.KubeadmControlPlane, error) {
 	kcp := &controlplanev1.KubeadmControlPlane{}
-	err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.ControlPlane}, kcp)
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.ControlPlane}, kcp)
 	return kcp, err
 }
 
-// DockerMachinePool returns the pool.
-func (c *Cluster) DockerMachinePool(ctx context.Context) (*infrav1.DockerMachinePool, error) {
+func (c *Cluster) poolFrom(ctx context.Context, r client.Reader) (*infrav1.DockerMachinePool, error) {
 	pool := &infrav1.DockerMachinePool{}
-	err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Pool}, pool)
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Pool}, pool)
 	return pool, err
 }
 

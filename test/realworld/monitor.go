@@ -16,9 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
@@ -153,12 +151,10 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			}
 		}
 	}
-	pool := &infrav1.DockerMachinePool{}
-	if err := m.c.w.cached.Get(ctx, client.ObjectKey{Namespace: m.c.Namespace, Name: m.c.Pool}, pool); err == nil {
+	if pool, err := m.c.poolFrom(ctx, m.c.w.cached); err == nil {
 		s.Gate = pool.Status.VersionGate.WaitingReason
 	}
-	kcp := &controlplanev1.KubeadmControlPlane{}
-	if err := m.c.w.cached.Get(ctx, client.ObjectKey{Namespace: m.c.Namespace, Name: m.c.ControlPlane}, kcp); err == nil {
+	if kcp, err := m.c.controlPlaneFrom(ctx, m.c.w.cached); err == nil {
 		s.ControlPlaneStatus = StatusVersions(kcp)
 	}
 	for _, l := range [][]string{s.APIServers, s.PoolContainers, s.PoolKubelets} {
