@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	dockercontainer "github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 	dockernetwork "github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 )
@@ -301,6 +303,45 @@ func (d *Docker) Delete(ctx context.Context, containerName string) error {
 		return fmt.Errorf("failed to delete container %q: %w", containerName, err)
 	}
 	return nil
+}
+
+// Watch reports the ID of each container carrying all the given labels whenever it is created,
+// starts, stops or is destroyed, from the engine's event stream starting at since (the engine
+// replays the recent events it keeps, so a watch started just before a List misses nothing that
+// happened in between). IDs arrive in the engine's order; the caller inspects the container for
+// its state. The ID channel closes when the stream ends, after its error is sent: ctx's when it was
+// cancelled.
+func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time.Time) (<-chan string, <-chan error) {
+	filters := client.Filters{}
+	filters.Add("type", string(events.ContainerEventType))
+	for _, a := range []events.Action{events.ActionCreate, events.ActionStart, events.ActionDie, events.ActionDestroy} {
+		filters.Add("event", string(a))
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		filters.Add("label", k+"="+labels[k])
+	}
+	d.Count("Events")
+	stream := d.client.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(since.Unix(), 10), Filters: filters})
+	ids := make(chan string)
+	errs := make(chan error, 1)
+	go func() {
+		defer close(ids)
+		for {
+			select {
+			case m := <-stream.Messages:
+				select {
+				case ids <- m.Actor.ID:
+				case <-ctx.Done():
+					errs <- ctx.Err()
+					return
+				}
+			case err := <-stream.Err:
+				errs <- fmt.Errorf("failed to watch containers with labels %v: %w", labels, err)
+				return
+			}
+		}
+	}()
+	return ids, errs
 }
 
 // ImageExists tells whether the image is present on the engine.

@@ -246,6 +246,44 @@ func TestDockerIntegration(t *testing.T) {
 		g.Expect(err).To(MatchError(container.ErrImageNotFound))
 	})
 
+	t.Run("Watch reports the labelled containers' creates, starts, stops and removals since a time", func(t *testing.T) {
+		g := NewWithT(t)
+		since := time.Now().Add(-time.Second) // the engine keeps whole seconds
+		watched := map[string]string{"capdmp.test/run": run, "pool": "watched"}
+		w, err := d.Create(ctx, nodeSpec(name("w"), network, watched))
+		g.Expect(err).ToNot(HaveOccurred())
+		other, err := d.Create(ctx, nodeSpec(name("o"), network, map[string]string{"capdmp.test/run": run, "pool": "other"}))
+		g.Expect(err).ToNot(HaveOccurred())
+
+		watchCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		d.ResetCalls()
+		ids, errs := d.Watch(watchCtx, watched, since)
+		g.Expect(d.Calls()).To(Equal(container.CallCounts{"Events": 1}))
+		_, err = d.Exec(ctx, w.Name, []string{"true"}, nil)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(d.Delete(ctx, w.Name)).To(Succeed())
+
+		// create and start from before the watch began, then die and destroy; not the exec, not
+		// the other container.
+		var got []string
+		for len(got) < 4 {
+			select {
+			case id := <-ids:
+				got = append(got, id)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("got %d of 4 events: %v", len(got), got)
+			}
+		}
+		g.Expect(got).To(Equal([]string{w.ID, w.ID, w.ID, w.ID}))
+		g.Consistently(ids, time.Second).ShouldNot(Receive())
+
+		cancel()
+		g.Eventually(errs).Should(Receive(MatchError(context.Canceled)))
+		g.Eventually(ids).Should(BeClosed())
+		g.Expect(d.Delete(ctx, other.Name)).To(Succeed())
+	})
+
 	t.Run("Delete removes containers and their anonymous volumes, twice is fine", func(t *testing.T) {
 		g := NewWithT(t)
 		out, err := exec.Command("docker", "inspect", "-f", `{{range .Mounts}}{{if eq .Destination "/var"}}{{.Name}}{{end}}{{end}}`, name("a")).CombinedOutput()
