@@ -305,13 +305,19 @@ func (d *Docker) Delete(ctx context.Context, containerName string) error {
 	return nil
 }
 
-// Watch reports the ID of each container carrying all the given labels whenever it is created,
-// starts, stops or is destroyed, from the engine's event stream starting at since (the engine
-// replays the recent events it keeps, so a watch started just before a List misses nothing that
-// happened in between). IDs arrive in the engine's order; the caller inspects the container for
-// its state. The ID channel closes when the stream ends, after its error is sent: ctx's when it was
-// cancelled.
-func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time.Time) (<-chan string, <-chan error) {
+// Event is a change of a container: created, started, stopped or destroyed.
+type Event struct {
+	ID string
+	// At is when the engine made the change.
+	At time.Time
+}
+
+// Watch reports each change of a container carrying all the given labels (created, started,
+// stopped, destroyed) from the engine's event stream starting at since: the engine replays the
+// recent events it keeps, so a watch started just before a List misses nothing that happened in
+// between. Changes arrive in the engine's order; the caller inspects the container for its state.
+// The channel closes when the stream ends, after its error is sent: ctx's when it was cancelled.
+func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time.Time) (<-chan Event, <-chan error) {
 	filters := client.Filters{}
 	filters.Add("type", string(events.ContainerEventType))
 	for _, a := range []events.Action{events.ActionCreate, events.ActionStart, events.ActionDie, events.ActionDestroy} {
@@ -322,15 +328,15 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 	}
 	d.Count("Events")
 	stream := d.client.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(since.Unix(), 10), Filters: filters})
-	ids := make(chan string)
+	changes := make(chan Event)
 	errs := make(chan error, 1)
 	go func() {
-		defer close(ids)
+		defer close(changes)
 		for {
 			select {
 			case m := <-stream.Messages:
 				select {
-				case ids <- m.Actor.ID:
+				case changes <- Event{ID: m.Actor.ID, At: time.Unix(0, m.TimeNano)}:
 				case <-ctx.Done():
 					errs <- ctx.Err()
 					return
@@ -341,7 +347,7 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 			}
 		}
 	}()
-	return ids, errs
+	return changes, errs
 }
 
 // ImageExists tells whether the image is present on the engine.

@@ -258,7 +258,7 @@ func TestDockerIntegration(t *testing.T) {
 		watchCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		d.ResetCalls()
-		ids, errs := d.Watch(watchCtx, watched, since)
+		changes, errs := d.Watch(watchCtx, watched, since)
 		g.Expect(d.Calls()).To(Equal(container.CallCounts{"Events": 1}))
 		_, err = d.Exec(ctx, w.Name, []string{"true"}, nil)
 		g.Expect(err).ToNot(HaveOccurred())
@@ -269,18 +269,20 @@ func TestDockerIntegration(t *testing.T) {
 		var got []string
 		for len(got) < 4 {
 			select {
-			case id := <-ids:
-				got = append(got, id)
+			case c := <-changes:
+				g.Expect(c.At).To(BeTemporally(">=", since))
+				g.Expect(c.At).To(BeTemporally("<=", time.Now()))
+				got = append(got, c.ID)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("got %d of 4 events: %v", len(got), got)
 			}
 		}
 		g.Expect(got).To(Equal([]string{w.ID, w.ID, w.ID, w.ID}))
-		g.Consistently(ids, time.Second).ShouldNot(Receive())
+		g.Consistently(changes, time.Second).ShouldNot(Receive())
 
 		cancel()
 		g.Eventually(errs).Should(Receive(MatchError(context.Canceled)))
-		g.Eventually(ids).Should(BeClosed())
+		g.Eventually(changes).Should(BeClosed())
 		g.Expect(d.Delete(ctx, other.Name)).To(Succeed())
 	})
 

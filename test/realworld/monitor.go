@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/blang/semver/v4"
@@ -26,7 +27,8 @@ import (
 type Sample struct {
 	At time.Time
 	// APIServers are the versions the control-plane nodes' kube-apiservers answer on /version,
-	// asked one by one at their own addresses (not through the load balancer).
+	// each asked at its node's own address (not through the load balancer) and counted from its
+	// first answer until its container stops or goes.
 	APIServers []string
 	// PoolContainers are the version labels of the pool's containers: the kubelet each one runs
 	// or is about to run.
@@ -52,13 +54,19 @@ type Violation struct {
 
 // Monitor samples a cluster's versions and records every violation of the skew policy: a pool
 // kubelet (or a pool container, which will run one) newer than the oldest kube-apiserver that
-// answers, or more than three minors older than the newest.
+// serves, or more than three minors older than the newest. A sample reads only memory, kept
+// current by watches (the engine's events, the workload Nodes, the manager's informers) and by
+// one poller per kube-apiserver, so that a loaded machine slows the sources, not the sampling.
 type Monitor struct {
 	c        *Cluster
 	interval time.Duration
 	out      io.Writer
 	start    time.Time
-	engine   *container.Docker
+
+	containers *containerView
+	apiServers *apiServerVersions
+	workload   atomic.Pointer[workloadClients]
+	wg         sync.WaitGroup
 
 	mu         sync.Mutex
 	samples    int
@@ -66,20 +74,18 @@ type Monitor struct {
 	violations []Violation
 	stop       context.CancelFunc
 	done       chan struct{}
-	// first, last and maxGap measure the sampling itself: the interval asked for holds only
-	// while a sample takes less.
+	// first, last and maxGap measure the sampling itself.
 	first, last time.Time
 	maxGap      time.Duration
 	maxGapEnd   time.Time
-	// controlPlane is the control-plane containers of the last sample: their kube-apiservers are
-	// asked while the engine lists the containers again.
-	controlPlane []container.Container
+}
 
-	// nodes watches the workload cluster's Nodes once its kubeconfig exists, so that a sample
-	// reads them from memory; the kube-apiservers' versions are still asked of each server.
+// workloadClients reach the workload cluster once its kubeconfig exists: an HTTP client for the
+// kube-apiservers' /version and a watch on its Nodes.
+type workloadClients struct {
+	http          *http.Client
 	nodes         ctrlcache.Cache
 	nodesInformer ctrlcache.Informer
-	httpClient    *http.Client
 }
 
 // StartMonitor starts sampling every interval; each change is printed to out as a timeline line
@@ -90,17 +96,24 @@ func (c *Cluster) StartMonitor(ctx context.Context, start time.Time, interval ti
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	m := &Monitor{c: c, interval: interval, out: out, start: start, engine: engine, stop: cancel, done: make(chan struct{})}
+	m := &Monitor{
+		c: c, interval: interval, out: out, start: start, stop: cancel, done: make(chan struct{}),
+		containers: newContainerView(engine, map[string]string{"io.x-k8s.kind.cluster": c.Name}),
+	}
+	m.apiServers = &apiServerVersions{interval: interval, ask: m.askVersion, wg: &m.wg, pollers: map[string]*apiServerPoller{}}
 	go m.run(ctx)
 	return m, nil
 }
 
 func (m *Monitor) run(ctx context.Context) {
 	defer close(m.done)
+	defer m.containers.engine.Close()
+	defer m.wg.Wait()
+	m.wg.Go(func() { m.containers.run(ctx, m.interval) })
+	m.wg.Go(func() { m.connect(ctx) })
 	ticker := time.NewTicker(m.interval)
 	defer ticker.Stop()
 	for {
-		m.connect(ctx)
 		m.sampleOnce(ctx)
 		select {
 		case <-ctx.Done():
@@ -111,22 +124,9 @@ func (m *Monitor) run(ctx context.Context) {
 }
 
 func (m *Monitor) sampleOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	s := Sample{At: time.Now()}
-	// The two slowest reads of a sample, at once: a sample that took their sum missed the 100 ms
-	// rate on a loaded machine. A control-plane node the list finds is asked from the next sample on.
-	apiServers := make(chan []string, 1)
-	go func() {
-		if m.httpClient == nil {
-			apiServers <- nil
-			return
-		}
-		apiServers <- m.apiServerVersions(ctx, m.controlPlane)
-	}()
-	nodes, err := m.engine.List(ctx, map[string]string{"io.x-k8s.kind.cluster": m.c.Name})
-	s.APIServers = <-apiServers
-	if err != nil {
+	nodes, ok := m.containers.containers()
+	if !ok {
 		return
 	}
 	var controlPlane []container.Container
@@ -140,10 +140,14 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			poolNames[n.Name] = true
 		}
 	}
-	m.controlPlane = controlPlane
-	if m.nodes != nil && m.nodesInformer.HasSynced() && len(poolNames) > 0 {
+	workload := m.workload.Load()
+	if workload != nil {
+		m.apiServers.track(ctx, controlPlane)
+		s.APIServers = m.apiServers.versions()
+	}
+	if workload != nil && workload.nodesInformer.HasSynced() && len(poolNames) > 0 {
 		nodeList := &corev1.NodeList{}
-		if err := m.nodes.List(ctx, nodeList); err == nil {
+		if err := workload.nodes.List(ctx, nodeList); err == nil {
 			for _, n := range nodeList.Items {
 				if poolNames[n.Name] {
 					s.PoolKubelets = append(s.PoolKubelets, n.Status.NodeInfo.KubeletVersion)
@@ -163,80 +167,74 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	m.record(s)
 }
 
-// connect makes the workload clients once the workload kubeconfig exists: an HTTP client for
-// the kube-apiservers' /version and a watch on Nodes that lives as long as the monitor.
+// connect makes the workload clients as soon as the workload kubeconfig exists; the watch on
+// Nodes lives as long as the monitor.
 func (m *Monitor) connect(ctx context.Context) {
-	if m.nodes != nil {
-		return
+	ticker := time.NewTicker(m.interval)
+	defer ticker.Stop()
+	for {
+		if w, err := m.dialWorkload(ctx); err == nil {
+			m.workload.Store(w)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
 	}
+}
+
+func (m *Monitor) dialWorkload(ctx context.Context) (*workloadClients, error) {
 	getCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	cfg, err := m.c.WorkloadConfig(getCtx)
 	if err != nil {
-		return
+		return nil, err
 	}
 	cfg.Timeout = 2 * time.Second
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return
+		return nil, err
 	}
 	// No timeout for the watch itself: rest.Config's Timeout would end every watch after 2 s.
 	watchCfg := rest.CopyConfig(cfg)
 	watchCfg.Timeout = 0
-	// A fixed mapping: discovery would wait here, and stop the sampling, until the workload
-	// kube-apiserver first answers.
+	// A fixed mapping: discovery would wait here until the workload kube-apiserver first answers.
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
 	nodes, err := ctrlcache.New(watchCfg, ctrlcache.Options{Mapper: mapper, ReaderFailOnMissingInformer: true})
 	if err != nil {
-		return
+		return nil, err
 	}
 	informer, err := nodes.GetInformer(ctx, &corev1.Node{}, ctrlcache.BlockUntilSynced(false))
 	if err != nil {
-		return
+		return nil, err
 	}
-	go func() { _ = nodes.Start(ctx) }()
-	m.httpClient, m.nodes, m.nodesInformer = httpClient, nodes, informer
+	m.wg.Go(func() { _ = nodes.Start(ctx) })
+	return &workloadClients{http: httpClient, nodes: nodes, nodesInformer: informer}, nil
 }
 
-// apiServerVersions asks each control-plane node's kube-apiserver for its version at the node's
-// own address; a server that does not answer (booting, stopping) is not counted.
-func (m *Monitor) apiServerVersions(ctx context.Context, controlPlane []container.Container) []string {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	versions := []string{}
-	for _, n := range controlPlane {
-		if !n.Running || n.IPv4 == "" {
-			continue
-		}
-		wg.Add(1)
-		go func(ip string) {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+ip+":6443/version", http.NoBody)
-			if err != nil {
-				return
-			}
-			resp, err := m.httpClient.Do(req)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return
-			}
-			info := version.Info{}
-			if err := decodeJSON(resp.Body, &info); err != nil {
-				return
-			}
-			mu.Lock()
-			versions = append(versions, info.GitVersion)
-			mu.Unlock()
-		}(n.IPv4)
+// askVersion asks the kube-apiserver at ip, a control-plane node's own address rather than the
+// load balancer's, for its version.
+func (m *Monitor) askVersion(ctx context.Context, ip string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+ip+":6443/version", http.NoBody)
+	if err != nil {
+		return "", err
 	}
-	wg.Wait()
-	return versions
+	resp, err := m.workload.Load().http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("kube-apiserver at %s answered /version with %s", ip, resp.Status)
+	}
+	info := version.Info{}
+	if err := decodeJSON(resp.Body, &info); err != nil {
+		return "", err
+	}
+	return info.GitVersion, nil
 }
 
 func (m *Monitor) record(s Sample) {
@@ -309,6 +307,12 @@ func (m *Monitor) Interval() (mean, maxGap, maxGapEnd time.Duration) {
 	return m.last.Sub(m.first) / time.Duration(m.samples-1), m.maxGap, m.maxGapEnd.Sub(m.start)
 }
 
+// ContainerLag is the longest a container created while the monitor ran took to reach it after
+// the engine's event for it; the next sample, at most one interval later, shows it.
+func (m *Monitor) ContainerLag() time.Duration {
+	return m.containers.lag()
+}
+
 // Samples is how many samples were taken.
 func (m *Monitor) Samples() int {
 	m.mu.Lock()
@@ -331,8 +335,8 @@ func (m *Monitor) Changes() []Sample {
 }
 
 // ReopenLatency is the time from the control plane's last kube-apiserver reaching target (the
-// first sample after the last one in which an older kube-apiserver answered, so that one that
-// missed a sample while busy does not count as gone) to the first sample with a pool container
+// first sample after the last one in which an older kube-apiserver counted, so that one that
+// went missing for a while does not count as gone) to the first sample with a pool container
 // of target; fromStatus is the part of it after the KubeadmControlPlane's status.version reached
 // target, which is what the gate reads. ok is false when either did not happen.
 func (m *Monitor) ReopenLatency(target string) (latency, fromStatus time.Duration, ok bool) {

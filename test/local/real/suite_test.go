@@ -135,7 +135,7 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 		s.res.samples, s.res.violations = s.mon.Samples(), len(violations)
 		mean, longest, end := s.mon.Interval()
 		s.res.interval = fmt.Sprintf("%s (%s)", mean.Round(time.Millisecond), longest.Round(time.Millisecond))
-		s.logf("sampled every %s on average; longest gap %s, ending at %.1fs", mean.Round(time.Millisecond), longest.Round(time.Millisecond), end.Seconds())
+		s.logf("sampled every %s on average; longest gap %s, ending at %.1fs; new containers seen within %s", mean.Round(time.Millisecond), longest.Round(time.Millisecond), end.Seconds(), s.mon.ContainerLag().Round(time.Millisecond))
 		for i, v := range violations {
 			if i == 5 {
 				s.logf("... %d more violations", len(violations)-5)

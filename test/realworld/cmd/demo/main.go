@@ -114,7 +114,7 @@ func run(ctx context.Context, from, to string, poolFirst bool) (err error) {
 		say("VIOLATION at %.1fs: %s", v.At.Sub(start).Seconds(), v.Detail)
 	}
 	mean, longest, _ := mon.Interval()
-	say("skew-violations: %d (%d samples, one every %s, longest gap %s)", len(violations), mon.Samples(), mean.Round(time.Millisecond), longest.Round(time.Millisecond))
+	say("skew-violations: %d (%d samples, one every %s, longest gap %s; new containers seen within %s)", len(violations), mon.Samples(), mean.Round(time.Millisecond), longest.Round(time.Millisecond), mon.ContainerLag().Round(time.Millisecond))
 	if len(violations) > 0 {
 		return fmt.Errorf("%d samples broke the skew policy", len(violations))
 	}
