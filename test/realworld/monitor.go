@@ -88,6 +88,9 @@ type workloadClients struct {
 	nodesInformer ctrlcache.Informer
 }
 
+// askInterval is how often each kube-apiserver is asked its version, on its own schedule.
+const askInterval = 100 * time.Millisecond
+
 // StartMonitor starts sampling every interval; each change is printed to out as a timeline line
 // stamped with the time since start.
 func (c *Cluster) StartMonitor(ctx context.Context, start time.Time, interval time.Duration, out io.Writer) (*Monitor, error) {
@@ -100,7 +103,7 @@ func (c *Cluster) StartMonitor(ctx context.Context, start time.Time, interval ti
 		c: c, interval: interval, out: out, start: start, stop: cancel, done: make(chan struct{}),
 		containers: newContainerView(engine, map[string]string{"io.x-k8s.kind.cluster": c.Name}),
 	}
-	m.apiServers = &apiServerVersions{interval: interval, ask: m.askVersion, wg: &m.wg, pollers: map[string]*apiServerPoller{}}
+	m.apiServers = &apiServerVersions{interval: askInterval, ask: m.askVersion, wg: &m.wg, pollers: map[string]*apiServerPoller{}}
 	go m.run(ctx)
 	return m, nil
 }

@@ -2,7 +2,6 @@ package realworld
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -12,9 +11,9 @@ import (
 	"github.com/capdmp/capdmp/internal/container"
 )
 
-// containerView holds a cluster's containers as the engine reports them, kept current from its
-// event stream between lists the way an informer keeps objects, so that a sample reads them from
-// memory instead of waiting for a list on a loaded engine.
+// containerView holds a cluster's containers as the engine lists them, listed again as soon as
+// its event stream reports a change, so that a sample reads them from memory instead of waiting
+// for a list on a loaded engine, and the engine is not asked while nothing changes.
 type containerView struct {
 	engine *container.Docker
 	labels map[string]string
@@ -45,37 +44,58 @@ func (v *containerView) run(ctx context.Context, retry time.Duration) {
 func (v *containerView) listAndWatch(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Watching from a second before the list leaves no gap between the two; the engine replays
-	// what happened since, and inspecting a container twice is harmless.
+	// Watching from a second before the first list leaves no gap between the two; the engine
+	// replays what happened since.
 	changes, errs := v.engine.Watch(ctx, v.labels, time.Now().Add(-time.Second))
+	if err := v.list(ctx, nil); err != nil {
+		return err
+	}
+	for change := range changes {
+		// A list, not an inspect of the changed container: the engine answers an inspect only
+		// once the container's start is done, seconds later on a loaded machine. Changes that
+		// arrived meanwhile are served by the same list.
+		changed := map[string]time.Time{change.ID: change.At}
+	drain:
+		for {
+			select {
+			case more, ok := <-changes:
+				if !ok {
+					break drain
+				}
+				if _, seen := changed[more.ID]; !seen {
+					changed[more.ID] = more.At
+				}
+			default:
+				break drain
+			}
+		}
+		if err := v.list(ctx, changed); err != nil {
+			return err
+		}
+	}
+	return <-errs
+}
+
+// list replaces the view with the engine's list; changed are the containers whose events asked
+// for it, with the time of the first, to measure how long a new one took to reach the view.
+func (v *containerView) list(ctx context.Context, changed map[string]time.Time) error {
 	list, err := v.engine.List(ctx, v.labels)
 	if err != nil {
 		return err
 	}
 	v.mu.Lock()
-	v.byID = map[string]container.Container{}
+	defer v.mu.Unlock()
+	byID := make(map[string]container.Container, len(list))
 	for _, c := range list {
-		v.byID[c.ID] = c
-	}
-	v.synced = true
-	v.mu.Unlock()
-	for change := range changes {
-		c, err := v.engine.Inspect(ctx, change.ID)
-		if err != nil && !errors.Is(err, container.ErrNotFound) {
-			return err
-		}
-		v.mu.Lock()
-		if err != nil {
-			delete(v.byID, change.ID)
-		} else {
-			if _, known := v.byID[change.ID]; !known {
-				v.maxLag = max(v.maxLag, time.Since(change.At))
+		if at, ok := changed[c.ID]; ok {
+			if _, known := v.byID[c.ID]; !known {
+				v.maxLag = max(v.maxLag, time.Since(at))
 			}
-			v.byID[change.ID] = c
 		}
-		v.mu.Unlock()
+		byID[c.ID] = c
 	}
-	return <-errs
+	v.byID, v.synced = byID, true
+	return nil
 }
 
 // containers returns the view's containers by name; ok is false until the first list.

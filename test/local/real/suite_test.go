@@ -127,7 +127,7 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.c = c
 	s.logf("cluster %s: control plane %s x%d, pool %s x%d", c.Name, spec.ControlPlaneVersion, spec.ControlPlaneReplicas, spec.PoolVersion, spec.PoolReplicas)
-	s.mon, err = c.StartMonitor(s.ctx, s.start, 100*time.Millisecond, s.out)
+	s.mon, err = c.StartMonitor(s.ctx, s.start, 50*time.Millisecond, s.out)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
 		s.mon.Stop()

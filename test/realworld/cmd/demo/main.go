@@ -74,7 +74,7 @@ func run(ctx context.Context, from, to string, poolFirst bool) (err error) {
 	}()
 	say("cluster %s: control plane %s (1 node, CAPD + KubeadmControlPlane), MachinePool %s (2 CAPDMP nodes)", name, from, from)
 	fmt.Println("\ntimeline, a line per change: every kube-apiserver's /version asked at its node, KCP's status.version,\nthe pool's containers (the kubelet each runs or will run), the pool's Nodes, and the gate")
-	mon, err := c.StartMonitor(ctx, start, 100*time.Millisecond, os.Stdout)
+	mon, err := c.StartMonitor(ctx, start, 50*time.Millisecond, os.Stdout)
 	if err != nil {
 		return err
 	}
