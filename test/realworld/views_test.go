@@ -60,9 +60,11 @@ func TestContainerView(t *testing.T) {
 	after, err := engine.Create(ctx, spec("after"))
 	g.Expect(err).ToNot(HaveOccurred())
 	g.Eventually(names(v), 5*time.Second, time.Millisecond).Should(Equal([]string{after.Name, before.Name}), "a container created later, from the events")
-	cs, _ := v.containers()
-	g.Expect(cs[0].Running).To(BeTrue())
-	g.Expect(cs[0].IPv4).ToNot(BeEmpty())
+	g.Eventually(func(g Gomega) {
+		cs, _ := v.containers()
+		g.Expect(cs[0].Running).To(BeTrue(), "its start, a later event")
+		g.Expect(cs[0].IPv4).ToNot(BeEmpty())
+	}, 5*time.Second, time.Millisecond).Should(Succeed())
 	g.Expect(v.lag()).To(And(BeNumerically(">", 0), BeNumerically("<", 5*time.Second)))
 	t.Logf("a new container reached the view %s after the engine's event", v.lag())
 
