@@ -127,6 +127,10 @@ func (m *Monitor) run(ctx context.Context) {
 }
 
 func (m *Monitor) sampleOnce(ctx context.Context) {
+	// Reads from caches answer at once, but the first read of a kind starts its informer and
+	// waits for it to sync.
+	readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	s := Sample{At: time.Now()}
 	nodes, ok := m.containers.containers()
 	if !ok {
@@ -150,7 +154,7 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	}
 	if workload != nil && workload.nodesInformer.HasSynced() && len(poolNames) > 0 {
 		nodeList := &corev1.NodeList{}
-		if err := workload.nodes.List(ctx, nodeList); err == nil {
+		if err := workload.nodes.List(readCtx, nodeList); err == nil {
 			for _, n := range nodeList.Items {
 				if poolNames[n.Name] {
 					s.PoolKubelets = append(s.PoolKubelets, n.Status.NodeInfo.KubeletVersion)
@@ -158,10 +162,10 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			}
 		}
 	}
-	if pool, err := m.c.poolFrom(ctx, m.c.w.cached); err == nil {
+	if pool, err := m.c.poolFrom(readCtx, m.c.w.cached); err == nil {
 		s.Gate = pool.Status.VersionGate.WaitingReason
 	}
-	if kcp, err := m.c.controlPlaneFrom(ctx, m.c.w.cached); err == nil {
+	if kcp, err := m.c.controlPlaneFrom(readCtx, m.c.w.cached); err == nil {
 		s.ControlPlaneStatus = StatusVersions(kcp)
 	}
 	for _, l := range [][]string{s.APIServers, s.PoolContainers, s.PoolKubelets} {
