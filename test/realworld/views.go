@@ -98,7 +98,7 @@ func (v *containerView) list(ctx context.Context, changed map[string]time.Time) 
 	return nil
 }
 
-// containers returns the view's containers by name; ok is false until the first list.
+// containers returns the view's containers sorted by name; ok is false until the first list.
 func (v *containerView) containers() (cs []container.Container, ok bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
