@@ -81,10 +81,7 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Containe
 	if len(labels) == 0 {
 		return nil, errors.New("failed to list containers: at least one label is required")
 	}
-	filters := client.Filters{}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		filters.Add("label", k+"="+labels[k])
-	}
+	filters := labelFilters(labels)
 	d.Count("ContainerList")
 	res, err := d.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filters})
 	if err != nil {
@@ -315,16 +312,14 @@ type Event struct {
 // Watch reports each change of a container carrying all the given labels (created, started,
 // stopped, destroyed) from the engine's event stream starting at since: the engine replays the
 // recent events it keeps, so a watch started just before a List misses nothing that happened in
-// between. Changes arrive in the engine's order; the caller inspects the container for its state.
+// between. Changes arrive in the engine's order; the caller reads the container's state (List
+// answers at once; Inspect of a starting container waits until its start is done).
 // The channel closes when the stream ends, after its error is sent: ctx's when it was cancelled.
 func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time.Time) (<-chan Event, <-chan error) {
-	filters := client.Filters{}
+	filters := labelFilters(labels)
 	filters.Add("type", string(events.ContainerEventType))
 	for _, a := range []events.Action{events.ActionCreate, events.ActionStart, events.ActionDie, events.ActionDestroy} {
 		filters.Add("event", string(a))
-	}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		filters.Add("label", k+"="+labels[k])
 	}
 	d.Count("Events")
 	stream := d.client.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(since.Unix(), 10), Filters: filters})
@@ -421,6 +416,15 @@ func (d *Docker) EnsureNetwork(ctx context.Context, name string) error {
 // deliberately never pulls.
 func imageNotFound(image string) error {
 	return fmt.Errorf("%w: %q is not present on the Docker engine (images are never pulled: build, load or pull it there first)", ErrImageNotFound, image)
+}
+
+// labelFilters asks the engine for the objects carrying all the labels.
+func labelFilters(labels map[string]string) client.Filters {
+	filters := client.Filters{}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		filters.Add("label", k+"="+labels[k])
+	}
+	return filters
 }
 
 func hasLabels(have, want map[string]string) bool {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
@@ -154,7 +155,8 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	}
 	if workload != nil && workload.nodesInformer.HasSynced() && len(poolNames) > 0 {
 		nodeList := &corev1.NodeList{}
-		if err := workload.nodes.List(readCtx, nodeList); err == nil {
+		// Read only, every sample: no copy of every Node's status.
+		if err := workload.nodes.List(readCtx, nodeList, client.UnsafeDisableDeepCopy); err == nil {
 			for _, n := range nodeList.Items {
 				if poolNames[n.Name] {
 					s.PoolKubelets = append(s.PoolKubelets, n.Status.NodeInfo.KubeletVersion)
