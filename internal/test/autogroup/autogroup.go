@@ -1,0 +1,68 @@
+// Package autogroup gives this process's session, as the kernel's scheduler sees it, a nice
+// value, and puts the old one back.
+//
+// Where tasks run in the root CPU cgroup (cgroup v1 machines such as CI's), Linux schedules each
+// session as one group (sched(7), "The autogroup feature"), and every Docker container as part of
+// the engine's cgroup. A loaded machine running workload clusters then starves a test process's
+// session for up to a second at a time, although that session asks for little CPU: the session's
+// group spends its share in bursts of the management API server it shares it with. A lower nice
+// value raises the group's weight; the group still uses only the CPU it asks for.
+//
+// The value belongs to the session, not to the process: it outlives a process that is killed
+// before it restores it, until the session (the terminal or the CI job) ends.
+package autogroup
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Self is the autogroup file of the calling process.
+const Self = "/proc/self/autogroup"
+
+// Group is a process's autogroup file, /proc/<pid>/autogroup.
+type Group struct {
+	// File is the path of the autogroup file; tests point it at a file of their own.
+	File string
+}
+
+// Nice returns the group's nice value.
+func (g Group) Nice() (int, error) {
+	b, err := os.ReadFile(g.File)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", g.File, err)
+	}
+	// "/autogroup-42 nice 0"
+	fields := strings.Fields(string(b))
+	if len(fields) != 3 || fields[1] != "nice" {
+		return 0, fmt.Errorf("%s holds %q, not \"/autogroup-<id> nice <n>\"", g.File, strings.TrimSpace(string(b)))
+	}
+	nice, err := strconv.Atoi(fields[2])
+	if err != nil {
+		return 0, fmt.Errorf("%s holds %q: %w", g.File, strings.TrimSpace(string(b)), err)
+	}
+	return nice, nil
+}
+
+// SetNice sets the group's nice value and returns a func that sets the value found before. A
+// value below the current one needs CAP_SYS_NICE; without it SetNice changes nothing and returns
+// an error wrapping os.ErrPermission.
+func (g Group) SetNice(nice int) (restore func() error, err error) {
+	before, err := g.Nice()
+	if err != nil {
+		return nil, err
+	}
+	if err := g.write(nice); err != nil {
+		return nil, err
+	}
+	return func() error { return g.write(before) }, nil
+}
+
+func (g Group) write(nice int) error {
+	if err := os.WriteFile(g.File, []byte(strconv.Itoa(nice)), 0o644); err != nil {
+		return fmt.Errorf("setting the scheduler autogroup's nice value to %d: %w", nice, err)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package autogroup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestNice(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    int
+		wantErr bool
+	}{
+		{name: "default", content: "/autogroup-38672 nice 0\n", want: 0},
+		{name: "raised", content: "/autogroup-7 nice -5\n", want: -5},
+		{name: "lowered", content: "/autogroup-7 nice 19\n", want: 19},
+		{name: "not an autogroup file", content: "0\n", wantErr: true},
+		{name: "nice not a number", content: "/autogroup-7 nice x\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			file := filepath.Join(t.TempDir(), "autogroup")
+			g.Expect(os.WriteFile(file, []byte(tt.content), 0o600)).To(Succeed())
+			nice, err := Group{File: file}.Nice()
+			if tt.wantErr {
+				g.Expect(err).To(HaveOccurred())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(nice).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestSetNiceWritesAndRestores(t *testing.T) {
+	g := NewWithT(t)
+	file := filepath.Join(t.TempDir(), "autogroup")
+	g.Expect(os.WriteFile(file, []byte("/autogroup-7 nice 3\n"), 0o600)).To(Succeed())
+
+	restore, err := Group{File: file}.SetNice(-5)
+	g.Expect(err).NotTo(HaveOccurred())
+	// The kernel takes the bare number and shows "/autogroup-<id> nice <n>" again.
+	g.Expect(os.ReadFile(file)).To(BeEquivalentTo("-5"))
+	g.Expect(restore()).To(Succeed())
+	g.Expect(os.ReadFile(file)).To(BeEquivalentTo("3"))
+}
+
+func TestSetNiceMissingFile(t *testing.T) {
+	g := NewWithT(t)
+	_, err := Group{File: filepath.Join(t.TempDir(), "none")}.SetNice(-5)
+	g.Expect(err).To(MatchError(os.ErrNotExist))
+}
+
+// TestSelf changes this test's own session, briefly: one step below its nice value and back.
+// Without CAP_SYS_NICE the kernel refuses and nothing changes.
+func TestSelf(t *testing.T) {
+	g := NewWithT(t)
+	self := Group{File: Self}
+	if _, err := os.Stat(Self); err != nil {
+		t.Skipf("this kernel has no scheduler autogroups: %v", err)
+	}
+	before, err := self.Nice()
+	g.Expect(err).NotTo(HaveOccurred())
+	if before <= -20 {
+		t.Skipf("the session already has the lowest nice value")
+	}
+
+	restore, err := self.SetNice(before - 1)
+	if errors.Is(err, os.ErrPermission) {
+		g.Expect(self.Nice()).To(Equal(before), "a refused change changes nothing")
+		return
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(self.Nice()).To(Equal(before - 1))
+	g.Expect(restore()).To(Succeed())
+	g.Expect(self.Nice()).To(Equal(before))
+}
