@@ -22,7 +22,7 @@ log() { printf '[envtest-binaries] %s\n' "$*" >&2; }
 build_kube_apiserver() {
   local dst="${CACHE}/kube-apiserver-${KUBERNETES_VERSION}-static"
   if [[ -x "${dst}" ]]; then log "kube-apiserver ${KUBERNETES_VERSION}: cached"; return; fi
-  log "kube-apiserver ${KUBERNETES_VERSION}: building from k8s.io/kubernetes (about 3 minutes)"
+  log "kube-apiserver ${KUBERNETES_VERSION}: building from k8s.io/kubernetes (cold on two cores: about 10 minutes with etcd)"
   local work; work="$(mktemp -d)"
   trap 'rm -rf "${work}"' RETURN
   local staging="${KUBERNETES_VERSION/v1./v0.}"
@@ -53,7 +53,7 @@ GO
 build_etcd() {
   local dst="${CACHE}/etcd-${ETCD_VERSION}-static"
   if [[ -x "${dst}" ]]; then log "etcd ${ETCD_VERSION}: cached"; return; fi
-  log "etcd ${ETCD_VERSION}: building from go.etcd.io/etcd/server/v3 (about 1 minute)"
+  log "etcd ${ETCD_VERSION}: building from go.etcd.io/etcd/server/v3"
   local work; work="$(mktemp -d)"
   trap 'rm -rf "${work}"' RETURN
   (
