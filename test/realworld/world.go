@@ -162,10 +162,14 @@ const managementNice = -5
 // raisePriority gives the session managementNice where the kernel schedules it as an autogroup.
 // Without the privilege to do so the world runs as before, and says so.
 func (w *World) raisePriority() {
+	if err := autogroup.Applies(); err != nil {
+		w.progressf("Not raising this session's CPU priority: %v", err)
+		return
+	}
 	group := autogroup.Group{File: autogroup.Self}
 	before, err := group.Nice()
 	if err != nil {
-		w.progressf("Scheduler autogroups not in use (%v); the monitors share the CPU with the nodes as equals", err)
+		w.progressf("Not raising this session's CPU priority: %v", err)
 		return
 	}
 	if before <= managementNice {

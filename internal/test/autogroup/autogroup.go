@@ -3,10 +3,10 @@
 //
 // Where tasks run in the root CPU cgroup (cgroup v1 machines such as CI's), Linux schedules each
 // session as one group (sched(7), "The autogroup feature"), and every Docker container as part of
-// the engine's cgroup. A loaded machine running workload clusters then starves a test process's
-// session for up to a second at a time, although that session asks for little CPU: the session's
-// group spends its share in bursts of the management API server it shares it with. A lower nice
-// value raises the group's weight; the group still uses only the CPU it asks for.
+// the engine's cgroup. Under the real suite's load a test process's session, which asks for
+// little CPU, then waited up to a second at a time for a CPU: it shares its group with the
+// management API server and etcd it started. A lower nice value raises the group's weight; the
+// group still uses only the CPU it asks for.
 //
 // The value belongs to the session, not to the process: it outlives a process that is killed
 // before it restores it, until the session (the terminal or the CI job) ends.
@@ -21,6 +21,50 @@ import (
 
 // Self is the autogroup file of the calling process.
 const Self = "/proc/self/autogroup"
+
+// Applies returns nil when the kernel schedules the calling process by its autogroup: autogroups
+// are enabled and the process sits in the root CPU cgroup. Otherwise an autogroup's nice value
+// changes nothing, and the error says why.
+func Applies() error {
+	enabled, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
+	if err != nil {
+		return fmt.Errorf("this kernel has no scheduler autogroups: %w", err)
+	}
+	if strings.TrimSpace(string(enabled)) != "1" {
+		return fmt.Errorf("scheduler autogroups are disabled (kernel.sched_autogroup_enabled=%s)", strings.TrimSpace(string(enabled)))
+	}
+	cgroups, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return fmt.Errorf("reading this process's cgroups: %w", err)
+	}
+	if path := cpuCgroup(string(cgroups)); path != "/" {
+		return fmt.Errorf("this process is in CPU cgroup %s, which the kernel schedules instead of its autogroup", path)
+	}
+	return nil
+}
+
+// cpuCgroup returns the cgroup, from /proc/<pid>/cgroup, whose CPU controller holds the process:
+// the cgroup v1 hierarchy with the cpu controller, else the cgroup v2 one.
+func cpuCgroup(procCgroup string) string {
+	unified := ""
+	for line := range strings.Lines(procCgroup) {
+		// "hierarchy-ID:controller-list:cgroup-path"
+		fields := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(fields) != 3 {
+			continue
+		}
+		if fields[0] == "0" && fields[1] == "" {
+			unified = fields[2]
+			continue
+		}
+		for controller := range strings.SplitSeq(fields[1], ",") {
+			if controller == "cpu" {
+				return fields[2]
+			}
+		}
+	}
+	return unified
+}
 
 // Group is a process's autogroup file, /proc/<pid>/autogroup.
 type Group struct {

@@ -38,6 +38,27 @@ func TestNice(t *testing.T) {
 	}
 }
 
+func TestCPUCgroup(t *testing.T) {
+	tests := []struct {
+		name       string
+		procCgroup string
+		want       string
+	}{
+		{name: "cgroup v1, root", procCgroup: "9:name=systemd:/\n2:cpuacct:/\n1:cpu:/\n0::/\n", want: "/"},
+		{name: "cgroup v1, a container", procCgroup: "4:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n", want: "/docker/abc"},
+		{name: "cgroup v2, a systemd session", procCgroup: "0::/user.slice/user-1000.slice/session-2.scope\n", want: "/user.slice/user-1000.slice/session-2.scope"},
+		{name: "cgroup v2, root", procCgroup: "0::/\n", want: "/"},
+		{name: "hybrid: v1 cpu wins", procCgroup: "3:cpu:/\n0::/user.slice\n", want: "/"},
+		{name: "cpuset is not cpu", procCgroup: "3:cpuset:/x\n2:cpu:/\n", want: "/"},
+		{name: "nothing", procCgroup: "", want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(cpuCgroup(tt.procCgroup)).To(Equal(tt.want))
+		})
+	}
+}
+
 func TestSetNiceWritesAndRestores(t *testing.T) {
 	g := NewWithT(t)
 	file := filepath.Join(t.TempDir(), "autogroup")
