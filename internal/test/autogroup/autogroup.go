@@ -1,7 +1,7 @@
 // Package autogroup gives this process's session, as the kernel's scheduler sees it, a nice
 // value, and puts the old one back.
 //
-// Where tasks run in the root CPU cgroup (cgroup v1 machines such as CI's), Linux schedules each
+// Where tasks run in the root CPU cgroup (cgroup v1 machines such as ours), Linux schedules each
 // session as one group (sched(7), "The autogroup feature"), and every Docker container as part of
 // the engine's cgroup. Under the real suite's load a test process's session, which asks for
 // little CPU, then waited up to a second at a time for a CPU: it shares its group with the
@@ -9,10 +9,11 @@
 // group still uses only the CPU it asks for.
 //
 // The value belongs to the session, not to the process: it outlives a process that is killed
-// before it restores it, until the session (the terminal or the CI job) ends.
+// before it restores it, until the session (a terminal, say) ends.
 package autogroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,9 +23,15 @@ import (
 // Self is the autogroup file of the calling process.
 const Self = "/proc/self/autogroup"
 
+// ErrDefaultAutogroup says a process is in the kernel's default autogroup, the one init and the
+// kernel's threads belong to. A process whose ancestors never began a session of their own
+// (setsid) stays in it, as CI's job does. The kernel schedules its tasks one by one beside the
+// other groups, and its nice value cannot be set.
+var ErrDefaultAutogroup = errors.New("in the kernel's default autogroup, which has no nice value of its own")
+
 // Applies returns nil when the kernel schedules the calling process by its autogroup: autogroups
-// are enabled and the process sits in the root CPU cgroup. Otherwise an autogroup's nice value
-// changes nothing, and the error says why.
+// are enabled, the process sits in the root CPU cgroup and in an autogroup of its session's own.
+// Otherwise an autogroup's nice value changes nothing or cannot be set, and the error says why.
 func Applies() error {
 	enabled, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
 	if err != nil {
@@ -39,6 +46,9 @@ func Applies() error {
 	}
 	if path := cpuCgroup(string(cgroups)); path != "/" {
 		return fmt.Errorf("this process is in CPU cgroup %s, which the kernel schedules instead of its autogroup", path)
+	}
+	if _, err := (Group{File: Self}).Nice(); err != nil {
+		return fmt.Errorf("this process's session: %w", err)
 	}
 	return nil
 }
@@ -72,11 +82,15 @@ type Group struct {
 	File string
 }
 
-// Nice returns the group's nice value.
+// Nice returns the group's nice value, or an error wrapping ErrDefaultAutogroup.
 func (g Group) Nice() (int, error) {
 	b, err := os.ReadFile(g.File)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", g.File, err)
+	}
+	// The kernel shows nothing for the default autogroup.
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return 0, fmt.Errorf("%s is empty: %w", g.File, ErrDefaultAutogroup)
 	}
 	// "/autogroup-42 nice 0"
 	fields := strings.Fields(string(b))
@@ -92,7 +106,8 @@ func (g Group) Nice() (int, error) {
 
 // SetNice sets the group's nice value and returns a func that sets the value found before. A
 // value below the current one needs CAP_SYS_NICE; without it SetNice changes nothing and returns
-// an error wrapping os.ErrPermission.
+// an error wrapping os.ErrPermission. In the default autogroup it changes nothing and returns an
+// error wrapping ErrDefaultAutogroup.
 func (g Group) SetNice(nice int) (restore func() error, err error) {
 	before, err := g.Nice()
 	if err != nil {
