@@ -88,18 +88,19 @@ func (g Group) Nice() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", g.File, err)
 	}
+	content := strings.TrimSpace(string(b))
 	// The kernel shows nothing for the default autogroup.
-	if len(strings.TrimSpace(string(b))) == 0 {
+	if content == "" {
 		return 0, fmt.Errorf("%s is empty: %w", g.File, ErrDefaultAutogroup)
 	}
 	// "/autogroup-42 nice 0"
-	fields := strings.Fields(string(b))
+	fields := strings.Fields(content)
 	if len(fields) != 3 || fields[1] != "nice" {
-		return 0, fmt.Errorf("%s holds %q, not \"/autogroup-<id> nice <n>\"", g.File, strings.TrimSpace(string(b)))
+		return 0, fmt.Errorf("%s holds %q, not \"/autogroup-<id> nice <n>\"", g.File, content)
 	}
 	nice, err := strconv.Atoi(fields[2])
 	if err != nil {
-		return 0, fmt.Errorf("%s holds %q: %w", g.File, strings.TrimSpace(string(b)), err)
+		return 0, fmt.Errorf("%s holds %q: %w", g.File, content, err)
 	}
 	return nice, nil
 }
