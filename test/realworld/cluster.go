@@ -55,6 +55,11 @@ type ClusterSpec struct {
 	// kubelet and etcd (2 and 4 minutes by default) on init and join: on a loaded machine a new
 	// etcd member can take longer to start, and kubeadm's etcd-join phase then fails for good.
 	KubeadmTimeout time.Duration
+	// ControlPlaneBootstrapTimeout, when set, replaces CAPD's limit on a control-plane machine's
+	// whole bootstrap (5 minutes by default), which must outlast KubeadmTimeout: CAPD never
+	// retries a bootstrap it gave up on, so a join that ends just after the limit leaves a machine
+	// that is never ready, and the rollout stalls.
+	ControlPlaneBootstrapTimeout time.Duration
 }
 
 // Cluster is a workload cluster made from Template.
@@ -71,6 +76,24 @@ type Cluster struct {
 // comes up as a user's would after `clusterctl generate cluster | kubectl apply -f -`. The pool
 // starts at spec.PoolVersion (the template puts the control plane's version everywhere).
 func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, error) {
+	objs, err := renderCluster(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{w: w, Namespace: spec.Name, Name: spec.Name, Pool: spec.Name + "-mp-0", ControlPlane: spec.Name + "-control-plane"}
+	if err := w.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", c.Namespace, err)
+	}
+	for i := range objs {
+		if err := w.Client.Create(ctx, &objs[i]); err != nil {
+			return nil, fmt.Errorf("creating %s %s: %w", objs[i].GetKind(), objs[i].GetName(), err)
+		}
+	}
+	return c, nil
+}
+
+// renderCluster returns Template's objects for spec, defaulted as the providers' webhooks would.
+func renderCluster(ctx context.Context, spec ClusterSpec) ([]unstructured.Unstructured, error) {
 	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), Template))
 	if err != nil {
 		return nil, err
@@ -95,10 +118,6 @@ func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{w: w, Namespace: spec.Name, Name: spec.Name, Pool: spec.Name + "-mp-0", ControlPlane: spec.Name + "-control-plane"}
-	if err := w.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace}}); err != nil {
-		return nil, fmt.Errorf("creating namespace %s: %w", c.Namespace, err)
-	}
 	for i := range objs {
 		obj := &objs[i]
 		if obj.GetKind() == "MachinePool" && spec.PoolVersion != "" {
@@ -109,11 +128,8 @@ func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, 
 		if err := applyDefaults(ctx, obj, spec); err != nil {
 			return nil, fmt.Errorf("defaulting %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
-		if err := w.Client.Create(ctx, obj); err != nil {
-			return nil, fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
 	}
-	return c, nil
+	return objs, nil
 }
 
 // applyDefaults does what the providers' defaulting webhooks do in a management cluster: no
@@ -141,6 +157,14 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec Clu
 		mp := &clusterv1.MachinePool{}
 		createCtx := admission.NewContextWithRequest(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create}})
 		typed, defaultObj = mp, func() error { return (&coreadmission.MachinePool{}).Default(createCtx, mp) }
+	case "DockerMachineTemplate":
+		dmt := &capdv1.DockerMachineTemplate{} //nolint:staticcheck // CAPD v1.14's DockerMachineTemplate, which the template uses
+		typed, defaultObj = dmt, func() error {
+			if spec.ControlPlaneBootstrapTimeout > 0 {
+				dmt.Spec.Template.Spec.BootstrapTimeout = &metav1.Duration{Duration: spec.ControlPlaneBootstrapTimeout}
+			}
+			return nil
+		}
 	case "DockerCluster":
 		dc := &capdv1.DockerCluster{} //nolint:staticcheck // CAPD v1.14's DockerCluster, which the template uses
 		typed, defaultObj = dc, func() error {

@@ -123,6 +123,8 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 	spec.Name = "e2e-" + name
 	spec.SkipAddons = true
 	spec.KubeadmTimeout = 10 * time.Minute
+	// A control-plane join under the suite's load once took 5.5 minutes, past CAPD's default.
+	spec.ControlPlaneBootstrapTimeout = 15 * time.Minute
 	c, err := world.CreateCluster(s.ctx, spec)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.c = c
