@@ -297,6 +297,46 @@ func (c *Cluster) ControlPlaneAt(ctx context.Context, version string, replicas i
 	return ok, desc, nil
 }
 
+// ControlPlaneMachineConditions lists, for a wait that timed out, every condition that is not
+// True on the control plane's Machines and their DockerMachines: where a rollout stalled, which
+// KCP's counts do not say.
+func (c *Cluster) ControlPlaneMachineConditions(ctx context.Context) ([]string, error) {
+	machines := &clusterv1.MachineList{}
+	if err := c.w.Client.List(ctx, machines, client.InNamespace(c.Namespace),
+		client.MatchingLabels{clusterv1.MachineControlPlaneNameLabel: c.ControlPlane}); err != nil {
+		return nil, fmt.Errorf("listing the control plane's Machines: %w", err)
+	}
+	var lines []string
+	for _, m := range machines.Items {
+		lines = append(lines, notTrue("Machine "+m.Name, m.Status.Conditions)...)
+		dm := &capdv1.DockerMachine{} //nolint:staticcheck // CAPD v1.14's DockerMachine, which the template uses
+		if err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: m.Spec.InfrastructureRef.Name}, dm); err != nil {
+			lines = append(lines, fmt.Sprintf("DockerMachine %s: %v", m.Spec.InfrastructureRef.Name, err))
+			continue
+		}
+		lines = append(lines, notTrue("DockerMachine "+dm.Name, dm.Status.Conditions)...)
+	}
+	return lines, nil
+}
+
+// notTrue describes each condition that is not True, with the first line of its message: CAPD's
+// messages go on with a command's whole output.
+func notTrue(object string, conditions []metav1.Condition) []string {
+	const maxMessage = 200
+	var lines []string
+	for _, cond := range conditions {
+		if cond.Status == metav1.ConditionTrue {
+			continue
+		}
+		message, _, _ := strings.Cut(strings.TrimSpace(cond.Message), "\n")
+		if r := []rune(message); len(r) > maxMessage {
+			message = string(r[:maxMessage]) + "..."
+		}
+		lines = append(lines, fmt.Sprintf("%s %s=%s %s: %s", object, cond.Type, cond.Status, cond.Reason, message))
+	}
+	return lines
+}
+
 // StatusVersions is the KubeadmControlPlane's status.versions, oldest first ("-" when empty):
 // the machines' versions, which the gate reads through the contract.
 func StatusVersions(kcp *controlplanev1.KubeadmControlPlane) string {

@@ -3,6 +3,7 @@ package realworld
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/capdmp/capdmp/internal/test/envtest"
 )
 
 func TestRenderCluster(t *testing.T) {
@@ -86,4 +90,79 @@ func fromObjects(objs []unstructured.Unstructured, kind string, into runtime.Obj
 		return fmt.Errorf("want one %s, found %d", kind, len(found))
 	}
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(found[0].Object, into)
+}
+
+func TestNotTrue(t *testing.T) {
+	long := strings.Repeat("x", 250)
+	tests := []struct {
+		name       string
+		conditions []metav1.Condition
+		want       []string
+	}{
+		{name: "all True", conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"}}},
+		{
+			name: "False and Unknown, True left out",
+			conditions: []metav1.Condition{
+				{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NotReady", Message: "* NodeHealthy: Node not found"},
+				{Type: "InfrastructureReady", Status: metav1.ConditionTrue, Reason: "Ready"},
+				{Type: "NodeHealthy", Status: metav1.ConditionUnknown, Reason: "NodeInspectionFailed"},
+			},
+			want: []string{
+				"Machine m1 Ready=False NotReady: * NodeHealthy: Node not found",
+				"Machine m1 NodeHealthy=Unknown NodeInspectionFailed: ",
+			},
+		},
+		{
+			name: "a command's output: its first line",
+			conditions: []metav1.Condition{{Type: "BootstrapExecSucceeded", Status: metav1.ConditionFalse, Reason: "BootstrapFailed",
+				Message: "Running boostrap command [ kubeadm join ]\nERROR: context deadline exceeded\nSTDOUT: ..."}},
+			want: []string{"Machine m1 BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ]"},
+		},
+		{
+			name:       "a long line, cut",
+			conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NotReady", Message: long}},
+			want:       []string{"Machine m1 Ready=False NotReady: " + long[:200] + "..."},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(notTrue("Machine m1", tt.conditions)).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestControlPlaneMachineConditions(t *testing.T) {
+	g := NewWithT(t)
+	const ns = "c1"
+	machine := func(name, controlPlane string, conditions ...metav1.Condition) *clusterv1.Machine {
+		return &clusterv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{clusterv1.MachineControlPlaneNameLabel: controlPlane}},
+			Spec: clusterv1.MachineSpec{ClusterName: ns, InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: capdv1.GroupVersion.Group, Kind: "DockerMachine", Name: name}},
+			Status: clusterv1.MachineStatus{Conditions: conditions},
+		}
+	}
+	notReady := metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "NotReady", Message: "* InfrastructureReady: not ready"}
+	stalled := machine("c1-control-plane-a", "c1-control-plane", notReady)
+	ready := machine("c1-control-plane-b", "c1-control-plane", metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Ready"})
+	noDockerMachine := machine("c1-control-plane-c", "c1-control-plane")
+	otherControlPlane := machine("c2-control-plane-a", "c2-control-plane", notReady)
+	dockerMachine := func(name string, conditions ...metav1.Condition) *capdv1.DockerMachine { //nolint:staticcheck // the kind the template uses
+		return &capdv1.DockerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: capdv1.DockerMachineStatus{Conditions: conditions}}
+	}
+	bootstrapFailed := metav1.Condition{Type: "BootstrapExecSucceeded", Status: metav1.ConditionFalse, Reason: "BootstrapFailed",
+		Message: "Running boostrap command [ kubeadm join ]\nERROR: context deadline exceeded"}
+
+	c := &Cluster{Namespace: ns, ControlPlane: "c1-control-plane", w: &World{Client: fake.NewClientBuilder().WithScheme(envtest.Scheme()).WithObjects(
+		stalled, ready, noDockerMachine, otherControlPlane,
+		dockerMachine(stalled.Name, bootstrapFailed), dockerMachine(ready.Name), dockerMachine(otherControlPlane.Name, bootstrapFailed),
+	).Build()}}
+
+	lines, err := c.ControlPlaneMachineConditions(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lines).To(ConsistOf(
+		"Machine c1-control-plane-a Ready=False NotReady: * InfrastructureReady: not ready",
+		"DockerMachine c1-control-plane-a BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ]",
+		ContainSubstring("DockerMachine c1-control-plane-c: "),
+	))
 }

@@ -171,7 +171,20 @@ func (s *scenario) waitControlPlane(version string, replicas int32, timeout time
 	err := realworld.WaitFor(s.ctx, timeout, func(d string) { s.logf("%s", d) }, func(ctx context.Context) (bool, string, error) {
 		return s.c.ControlPlaneAt(ctx, version, replicas)
 	})
+	if err != nil {
+		s.logControlPlaneConditions()
+	}
 	s.g.Expect(err).NotTo(HaveOccurred(), "control plane at %s", version)
+}
+
+// logControlPlaneConditions prints where a control-plane rollout stalled.
+func (s *scenario) logControlPlaneConditions() {
+	conditions, err := s.c.ControlPlaneMachineConditions(s.ctx)
+	if err != nil {
+		s.logf("the control plane's machines: %v", err)
+		return
+	}
+	s.logf("the control plane's machines, conditions not True:\n    %s", strings.Join(conditions, "\n    "))
 }
 
 func (s *scenario) waitPool(version string, replicas int32, timeout time.Duration) {
