@@ -148,7 +148,7 @@ func TestControlPlaneMachineConditions(t *testing.T) {
 	noDockerMachine := machine("c1-control-plane-c", "c1-control-plane")
 	otherControlPlane := machine("c2-control-plane-a", "c2-control-plane", notReady)
 	dockerMachine := func(name string, conditions ...metav1.Condition) *capdv1.DockerMachine { //nolint:staticcheck // the kind the template uses
-		return &capdv1.DockerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: capdv1.DockerMachineStatus{Conditions: conditions}}
+		return &capdv1.DockerMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: capdv1.DockerMachineStatus{Conditions: conditions}} //nolint:staticcheck // the kind the template uses
 	}
 	bootstrapFailed := metav1.Condition{Type: "BootstrapExecSucceeded", Status: metav1.ConditionFalse, Reason: "BootstrapFailed",
 		Message: "Running boostrap command [ kubeadm join ]\nERROR: context deadline exceeded"}
