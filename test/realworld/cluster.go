@@ -297,9 +297,9 @@ func (c *Cluster) ControlPlaneAt(ctx context.Context, version string, replicas i
 	return ok, desc, nil
 }
 
-// ControlPlaneMachineConditions lists, for a wait that timed out, every condition that is not
-// True on the control plane's Machines and their DockerMachines: where a rollout stalled, which
-// KCP's counts do not say.
+// ControlPlaneMachineConditions lists, for a wait that timed out, every condition of the control
+// plane's Machines and their DockerMachines that is not in its healthy state: where a rollout
+// stalled, which KCP's counts do not say.
 func (c *Cluster) ControlPlaneMachineConditions(ctx context.Context) ([]string, error) {
 	machines := &clusterv1.MachineList{}
 	if err := c.w.Client.List(ctx, machines, client.InNamespace(c.Namespace),
@@ -308,24 +308,34 @@ func (c *Cluster) ControlPlaneMachineConditions(ctx context.Context) ([]string, 
 	}
 	var lines []string
 	for _, m := range machines.Items {
-		lines = append(lines, notTrue("Machine "+m.Name, m.Status.Conditions)...)
+		lines = append(lines, notHealthy("Machine "+m.Name, m.Status.Conditions)...)
 		dm := &capdv1.DockerMachine{} //nolint:staticcheck // CAPD v1.14's DockerMachine, which the template uses
 		if err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: m.Spec.InfrastructureRef.Name}, dm); err != nil {
 			lines = append(lines, fmt.Sprintf("DockerMachine %s: %v", m.Spec.InfrastructureRef.Name, err))
 			continue
 		}
-		lines = append(lines, notTrue("DockerMachine "+dm.Name, dm.Status.Conditions)...)
+		lines = append(lines, notHealthy("DockerMachine "+dm.Name, dm.Status.Conditions)...)
 	}
 	return lines, nil
 }
 
-// notTrue describes each condition that is not True, with the first line of its message: CAPD's
-// messages go on with a command's whole output.
-func notTrue(object string, conditions []metav1.Condition) []string {
+// negativePolarity are the condition types that are healthy when False.
+var negativePolarity = map[string]bool{
+	clusterv1.PausedCondition: true, clusterv1.DeletingCondition: true,
+	clusterv1.MachineUpdatingCondition: true, clusterv1.RemediatingCondition: true,
+}
+
+// notHealthy describes each condition not in its healthy state, with the first line of its
+// message: CAPD's messages go on with a command's whole output.
+func notHealthy(object string, conditions []metav1.Condition) []string {
 	const maxMessage = 200
 	var lines []string
 	for _, cond := range conditions {
-		if cond.Status == metav1.ConditionTrue {
+		healthy := metav1.ConditionTrue
+		if negativePolarity[cond.Type] {
+			healthy = metav1.ConditionFalse
+		}
+		if cond.Status == healthy {
 			continue
 		}
 		message, _, _ := strings.Cut(strings.TrimSpace(cond.Message), "\n")

@@ -92,14 +92,27 @@ func fromObjects(objs []unstructured.Unstructured, kind string, into runtime.Obj
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(found[0].Object, into)
 }
 
-func TestNotTrue(t *testing.T) {
+func TestNotHealthy(t *testing.T) {
 	long := strings.Repeat("x", 250)
 	tests := []struct {
 		name       string
 		conditions []metav1.Condition
 		want       []string
 	}{
-		{name: "all True", conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"}}},
+		{
+			name: "all healthy",
+			conditions: []metav1.Condition{
+				{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"},
+				{Type: "Paused", Status: metav1.ConditionFalse, Reason: "NotPaused"},
+				{Type: "Deleting", Status: metav1.ConditionFalse, Reason: "NotDeleting"},
+				{Type: "Updating", Status: metav1.ConditionFalse, Reason: "NotUpdating"},
+			},
+		},
+		{
+			name:       "healthy when False, but True",
+			conditions: []metav1.Condition{{Type: "Deleting", Status: metav1.ConditionTrue, Reason: "Deleting", Message: "Drain not completed"}},
+			want:       []string{"Machine m1 Deleting=True Deleting: Drain not completed"},
+		},
 		{
 			name: "False and Unknown, True left out",
 			conditions: []metav1.Condition{
@@ -126,7 +139,7 @@ func TestNotTrue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			NewWithT(t).Expect(notTrue("Machine m1", tt.conditions)).To(Equal(tt.want))
+			NewWithT(t).Expect(notHealthy("Machine m1", tt.conditions)).To(Equal(tt.want))
 		})
 	}
 }

@@ -184,7 +184,7 @@ func (s *scenario) logControlPlaneConditions() {
 		s.logf("the control plane's machines: %v", err)
 		return
 	}
-	s.logf("the control plane's machines, conditions not True:\n    %s", strings.Join(conditions, "\n    "))
+	s.logf("the control plane's machines, conditions not healthy:\n    %s", strings.Join(conditions, "\n    "))
 }
 
 func (s *scenario) waitPool(version string, replicas int32, timeout time.Duration) {
