@@ -326,7 +326,7 @@ var negativePolarity = map[string]bool{
 }
 
 // notHealthy describes each condition not in its healthy state, with the first line of its
-// message: CAPD's messages go on with a command's whole output.
+// message and the line of an error: CAPD's messages go on with a command's whole output.
 func notHealthy(object string, conditions []metav1.Condition) []string {
 	const maxMessage = 200
 	var lines []string
@@ -338,7 +338,14 @@ func notHealthy(object string, conditions []metav1.Condition) []string {
 		if cond.Status == healthy {
 			continue
 		}
-		message, _, _ := strings.Cut(strings.TrimSpace(cond.Message), "\n")
+		message, rest, _ := strings.Cut(strings.TrimSpace(cond.Message), "\n")
+		// CAPD puts a failed bootstrap command's error on a line of its own after the command.
+		for line := range strings.Lines(rest) {
+			if strings.HasPrefix(line, "ERROR: ") {
+				message += " / " + strings.TrimSpace(line)
+				break
+			}
+		}
 		if r := []rune(message); len(r) > maxMessage {
 			message = string(r[:maxMessage]) + "..."
 		}

@@ -129,7 +129,7 @@ func TestNotHealthy(t *testing.T) {
 			name: "a command's output: its first line",
 			conditions: []metav1.Condition{{Type: "BootstrapExecSucceeded", Status: metav1.ConditionFalse, Reason: "BootstrapFailed",
 				Message: "Running boostrap command [ kubeadm join ]\nERROR: context deadline exceeded\nSTDOUT: ..."}},
-			want: []string{"Machine m1 BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ]"},
+			want: []string{"Machine m1 BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ] / ERROR: context deadline exceeded"},
 		},
 		{
 			name:       "a long line, cut",
@@ -175,7 +175,7 @@ func TestControlPlaneMachineConditions(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lines).To(ConsistOf(
 		"Machine c1-control-plane-a Ready=False NotReady: * InfrastructureReady: not ready",
-		"DockerMachine c1-control-plane-a BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ]",
+		"DockerMachine c1-control-plane-a BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ] / ERROR: context deadline exceeded",
 		ContainSubstring("DockerMachine c1-control-plane-c: "),
 	))
 }
