@@ -328,7 +328,7 @@ var negativePolarity = map[string]bool{
 // notHealthy describes each condition not in its healthy state, with the first line of its
 // message and the line of an error: CAPD's messages go on with a command's whole output.
 func notHealthy(object string, conditions []metav1.Condition) []string {
-	const maxMessage = 200
+	const maxLine = 200
 	var lines []string
 	for _, cond := range conditions {
 		healthy := metav1.ConditionTrue
@@ -338,20 +338,26 @@ func notHealthy(object string, conditions []metav1.Condition) []string {
 		if cond.Status == healthy {
 			continue
 		}
-		message, rest, _ := strings.Cut(strings.TrimSpace(cond.Message), "\n")
+		first, rest, _ := strings.Cut(strings.TrimSpace(cond.Message), "\n")
+		message := cut(first, maxLine)
 		// CAPD puts a failed bootstrap command's error on a line of its own after the command.
 		for line := range strings.Lines(rest) {
 			if strings.HasPrefix(line, "ERROR: ") {
-				message += " / " + strings.TrimSpace(line)
+				message += " / " + cut(strings.TrimSpace(line), maxLine)
 				break
 			}
-		}
-		if r := []rune(message); len(r) > maxMessage {
-			message = string(r[:maxMessage]) + "..."
 		}
 		lines = append(lines, fmt.Sprintf("%s %s=%s %s: %s", object, cond.Type, cond.Status, cond.Reason, message))
 	}
 	return lines
+}
+
+// cut shortens s to n runes and says so.
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "..."
+	}
+	return s
 }
 
 // StatusVersions is the KubeadmControlPlane's status.versions, oldest first ("-" when empty):

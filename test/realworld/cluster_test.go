@@ -136,6 +136,12 @@ func TestNotHealthy(t *testing.T) {
 			conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NotReady", Message: long}},
 			want:       []string{"Machine m1 Ready=False NotReady: " + long[:200] + "..."},
 		},
+		{
+			name: "a long command: its error stays",
+			conditions: []metav1.Condition{{Type: "BootstrapCompleted", Status: metav1.ConditionFalse, Reason: "Failed",
+				Message: long + "\nERROR: context deadline exceeded\nSTDOUT: ..."}},
+			want: []string{"Machine m1 BootstrapCompleted=False Failed: " + long[:200] + "... / ERROR: context deadline exceeded"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
