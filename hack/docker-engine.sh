@@ -78,27 +78,8 @@ existing_host() {
   return 1
 }
 
-apt_updated=false
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || die "cannot install $*: no apt-get on this machine"
-  if [[ "${apt_updated}" != "true" ]]; then
-    log "apt-get update"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    apt_updated=true
-  fi
-  log "apt-get install $*"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-}
-
-ensure_packages() {
-  local pkgs=()
-  command -v dockerd >/dev/null 2>&1 || pkgs+=(docker.io)
-  command -v jq >/dev/null 2>&1 || pkgs+=(jq)
-  command -v iptables >/dev/null 2>&1 || [[ "${IPTABLES}" != "true" ]] || pkgs+=(iptables)
-  if ((${#pkgs[@]} > 0)); then
-    apt_install "${pkgs[@]}"
-  fi
-}
+# Debian's docker.io, jq and iptables, installed where missing (hack/host-packages.sh).
+ensure_packages() { "${ROOT}/hack/host-packages.sh" engine; }
 
 # Keep forwarded container traffic on Docker's own bridges. With --ip-forward=false and the
 # host's ip_forward at 0 nothing is forwarded anyway; this holds where ip_forward is 1.
