@@ -17,6 +17,8 @@ mkdir -p "${OUT}" "${CACHE}"
 # As in hack/node-images/lib.sh: the compiler collects garbage less often (~7 % faster cold builds).
 export GOGC="${GOGC:-400}"
 
+# heartbeat (hack/node-images/lib.sh): a line a minute while a cold build runs.
+source "${ROOT}/hack/node-images/lib.sh"
 log() { printf '[envtest-binaries] %s\n' "$*" >&2; }
 
 build_kube_apiserver() {
@@ -45,7 +47,9 @@ GO
     local pkg=k8s.io/component-base/version
     local ldflags="-s -w -X ${pkg}.gitVersion=${KUBERNETES_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=$(echo "${KUBERNETES_VERSION}" | cut -d. -f2) -X ${pkg}.gitTreeState=clean -X ${pkg}/verflag.programName=kube-apiserver"
     rm main.go
+    local beat; beat="$(heartbeat "kube-apiserver ${KUBERNETES_VERSION}")"
     CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "${ldflags}" -o "${dst}.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    kill "${beat}"
   )
   mv "${dst}.tmp" "${dst}"
 }
@@ -67,7 +71,9 @@ GO
     go mod edit -require="go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
     GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
     rm main.go
+    local beat; beat="$(heartbeat "etcd ${ETCD_VERSION}")"
     CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "${dst}.tmp" go.etcd.io/etcd/server/v3
+    kill "${beat}"
   )
   mv "${dst}.tmp" "${dst}"
 }

@@ -14,6 +14,19 @@ export GOGC="${GOGC:-400}"
 log() { printf '[node-images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# heartbeat NAME: prints "NAME: still running" with the elapsed time every HEARTBEAT_SECONDS (60)
+# in the background, so that a cold build is never silent for minutes; prints the PID to kill.
+heartbeat() {
+  local name="$1" parent=$$ start; start="$(date +%s)"
+  (
+    trap 'exit 0' TERM
+    while sleep "${HEARTBEAT_SECONDS:-60}" && kill -0 "${parent}" 2>/dev/null; do
+      log "    ${name}: still running, $(($(date +%s) - start))s"
+    done
+  ) >/dev/null &
+  echo $!
+}
+
 # step NAME CMD...: runs CMD with its output in a log file, prints the step's name and duration,
 # and on failure names the step, the log and its last lines.
 step() {
@@ -23,11 +36,13 @@ step() {
   local start=${SECONDS}
   log "==> ${name}"
   # A subshell outside any condition, so that errexit holds inside the step's functions.
-  local rc=0
+  local rc=0 beat
+  beat="$(heartbeat "${name}")"
   set +e
   (set -e; "$@") >"${logfile}" 2>&1
   rc=$?
   set -e
+  kill "${beat}" 2>/dev/null || true
   if ((rc == 0)); then
     log "    ${name}: done in $((SECONDS - start))s"
   else
