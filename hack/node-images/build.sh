@@ -25,6 +25,9 @@ CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
 NODE_IMAGES_COREDNS="${NODE_IMAGES_COREDNS:-true}"
 NODE_IMAGES_SAVE="${NODE_IMAGES_SAVE:-true}"
 RECIPE_LABEL=io.capdmp.node-images.recipe
+# "true" on a node image that carries CoreDNS: the blocking real tier builds without it (its
+# scenarios skip the addon), the full tier and the smoke test of CoreDNS need it.
+COREDNS_LABEL=io.capdmp.node-images.coredns
 BIN_CACHE="${NODE_IMAGES_CACHE}/bin"
 IMAGE_CACHE="${NODE_IMAGES_CACHE}/images"
 
@@ -50,7 +53,8 @@ recipe_hash() {
   {
     (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' -print0 | sort -z | xargs -0 sha256sum)
     sha256sum "${REPO_ROOT}/hack/runc-wrapper" | cut -d' ' -f1
-    echo "${CRICTL_VERSION} ${NODE_IMAGES_COREDNS} ${NODE_IMAGES_ETCD_VERSION:-} ${NODE_IMAGES_COREDNS_VERSION:-} $(go version)"
+    # Not NODE_IMAGES_COREDNS: an image with CoreDNS serves where none is needed (COREDNS_LABEL).
+    echo "${CRICTL_VERSION} ${NODE_IMAGES_ETCD_VERSION:-} ${NODE_IMAGES_COREDNS_VERSION:-} $(go version)"
   } | sha256sum | cut -c1-12
 }
 
@@ -62,7 +66,13 @@ ensure_docker() {
 }
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
-image_recipe() { docker image inspect -f "{{ index .Config.Labels \"${RECIPE_LABEL}\" }}" "$1" 2>/dev/null || true; }
+image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
+image_recipe() { image_label "$1" "${RECIPE_LABEL}"; }
+# serves IMAGE: IMAGE is of this recipe and carries CoreDNS if this build asks for it.
+serves() {
+  [[ "$(image_recipe "$1")" == "${RECIPE}" ]] || return 1
+  [[ "$1" != kindest/node:* || "${NODE_IMAGES_COREDNS}" != "true" || "$(image_label "$1" "${COREDNS_LABEL}")" == "true" ]]
+}
 
 # cached_go_binary NAME KEY BUILDER ARGS...: DST = ${BIN_CACHE}/NAME-KEY, built once.
 cached_go_binary() {
@@ -226,10 +236,10 @@ DOCKERFILE
   rm -rf "${ctx}"
 }
 
-# preload NODE_TAG BUILD_TAG IMAGES...: imports IMAGES into the node's containerd the way kind
+# preload NODE_TAG BUILD_TAG COREDNS IMAGES...: imports IMAGES into the node's containerd the way kind
 # does (ctr import --no-unpack in a build container), then commits the result as NODE_TAG.
 preload() {
-  local node="$1" build="$2"; shift 2
+  local node="$1" build="$2" coredns="$3"; shift 3
   local cid
   cid="$(docker run -d --pull=never --privileged --tmpfs /run --tmpfs /tmp --entrypoint /bin/sleep "${build}" infinity)"
   # shellcheck disable=SC2064
@@ -248,7 +258,7 @@ preload() {
   docker exec "${cid}" sh -c 'kill $(pgrep -x containerd); while pgrep -x containerd >/dev/null; do sleep 0.2; done'
   docker commit \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
-    --change "LABEL ${RECIPE_LABEL}=${RECIPE}" "${cid}" "${node}" >/dev/null
+    --change "LABEL ${RECIPE_LABEL}=${RECIPE}" --change "LABEL ${COREDNS_LABEL}=${coredns}" "${cid}" "${node}" >/dev/null
 }
 
 # save_image IMAGE FILE: keeps IMAGE in the cache; older files for the same image are removed.
@@ -264,13 +274,13 @@ save_image() {
 # use_cached IMAGE FILE: true if IMAGE is in Docker for this recipe, loading FILE if needed.
 use_cached() {
   local image="$1" file="$2"
-  if [[ "$(image_recipe "${image}")" == "${RECIPE}" ]]; then
+  if serves "${image}"; then
     log "${image}: up to date in Docker (recipe ${RECIPE})"
     return 0
   fi
   if [[ -f "${file}" ]]; then
     step "${image}: docker load from cache" docker load -i "${file}"
-    [[ "$(image_recipe "${image}")" == "${RECIPE}" ]] && return 0
+    serves "${image}" && return 0
   fi
   return 1
 }
@@ -292,7 +302,7 @@ build_version() {
 
   local bin; bin="$(kube_binaries "${v}")"
   local images; images="$(kubeadm_images "${bin}/kubeadm" "${v}")"
-  local preload_images=() pause_image="" ref name tag
+  local preload_images=() pause_image="" coredns=false ref name tag
   while read -r ref; do
     name="${ref%:*}"; tag="${ref##*:}"
     case "${name##*/}" in
@@ -312,8 +322,9 @@ build_version() {
         if [[ "${NODE_IMAGES_COREDNS}" != "true" ]]; then log "${ref}: skipped (NODE_IMAGES_COREDNS=false)"; continue; fi
         local cv="${NODE_IMAGES_COREDNS_VERSION:-${tag}}"
         [[ "${cv}" == "${tag}" ]] || log "${ref} carries CoreDNS ${cv} (NODE_IMAGES_COREDNS_VERSION)"
-        local coredns; coredns="$(cached_go_binary "coredns-${cv}" "$(go_tools_hash)" build_coredns "${cv}")"
-        step "${ref}: image" component_image "${ref}" "${coredns}" coredns ;;
+        local coredns_bin; coredns_bin="$(cached_go_binary "coredns-${cv}" "$(go_tools_hash)" build_coredns "${cv}")"
+        step "${ref}: image" component_image "${ref}" "${coredns_bin}" coredns
+        coredns=true ;;
       *) die "kubeadm ${v} names an image this recipe does not know: ${ref}" ;;
     esac
     preload_images+=("${ref}")
@@ -332,7 +343,7 @@ DOCKERFILE
   local build="capdmp/node-build:${v}"
   step "${node}: node layer (kubelet, kubeadm, kubectl, crictl)" docker_build "${build}" "${ctx}"
   rm -rf "${ctx}"
-  step "${node}: preload ${#preload_images[@]} images into containerd and commit" preload "${node}" "${build}" "${preload_images[@]}"
+  step "${node}: preload ${#preload_images[@]} images into containerd and commit" preload "${node}" "${build}" "${coredns}" "${preload_images[@]}"
   docker rmi "${build}" "${preload_images[@]}" >/dev/null 2>&1 || true
   step "${node}: save to cache" save_image "${node}" "${file}"
 }
@@ -354,6 +365,7 @@ build_all() {
   RECIPE="$(recipe_hash)"
   log "recipe ${RECIPE}; versions: ${VERSIONS[*]}; cache: ${NODE_IMAGES_CACHE}"
   mkdir -p "${IMAGE_CACHE}" "${BIN_CACHE}"
+  "${REPO_ROOT}/hack/host-packages.sh" node-images
   ensure_docker
   # What Docker has for this recipe, or the cache can load, is not built again.
   local missing=() lb_missing=false v

@@ -15,7 +15,10 @@ NODE_IMAGES_NICE ?= nice -n 19
 # as much CPU as one Kubernetes version, and three of them do not fit a cold CI run. Empty builds
 # each tag's own version.
 NODE_IMAGES_COREDNS_VERSION ?= v1.14.2
-NODE_IMAGES_ENV = CAPDMP_CACHE="$(CAPDMP_CACHE)" NODE_IMAGE_VERSIONS="$(NODE_IMAGE_VERSIONS)" NODE_IMAGES_COREDNS_VERSION="$(NODE_IMAGES_COREDNS_VERSION)"
+# false: no CoreDNS in the images (the blocking real tier skips the addon; an image built with it
+# serves too).
+NODE_IMAGES_COREDNS ?= true
+NODE_IMAGES_ENV = CAPDMP_CACHE="$(CAPDMP_CACHE)" NODE_IMAGE_VERSIONS="$(NODE_IMAGE_VERSIONS)" NODE_IMAGES_COREDNS="$(NODE_IMAGES_COREDNS)" NODE_IMAGES_COREDNS_VERSION="$(NODE_IMAGES_COREDNS_VERSION)"
 REALNODE_TEST_TIMEOUT ?= 45m
 
 .PHONY: node-images node-images-binaries node-images-clean test-realnode
