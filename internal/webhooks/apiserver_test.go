@@ -28,7 +28,7 @@ import (
 )
 
 // envtestAssets is the directory with kube-apiserver and etcd: KUBEBUILDER_ASSETS (make test sets
-// it), else bin/envtest. Without them the test is skipped outside make.
+// it), else bin/envtest. Without them the test fails.
 func envtestAssets(t *testing.T) string {
 	t.Helper()
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
@@ -37,7 +37,7 @@ func envtestAssets(t *testing.T) string {
 	dir := filepath.Join("..", "..", "bin", "envtest")
 	for _, binary := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, binary)); err != nil {
-			t.Skipf("no %s in %s: run make envtest-binaries (make test does)", binary, dir)
+			t.Fatalf("no %s in %s: run make envtest-binaries (make test does)", binary, dir)
 		}
 	}
 	return dir
