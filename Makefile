@@ -51,19 +51,41 @@ envtest-binaries: ## Build kube-apiserver and etcd for envtest (cached)
 docker-engine: ## Start a Docker engine if none answers
 	hack/docker-engine.sh start
 
+.PHONY: host-packages
+host-packages: ## Install (as root) or check the Debian packages the tests need
+	hack/host-packages.sh all
+
+TEST_JSON := $(ROOT)/_artifacts/go-test.json
+
 .PHONY: test
 test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker engine, verify, lint
-	go test $(GO_TEST_FLAGS) ./...
+	hack/host-packages.sh test
+	mkdir -p $(dir $(TEST_JSON))
+	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_JSON) -- $(GO_TEST_FLAGS) ./...
 	$(MAKE) verify
 	$(MAKE) lint
 
+# The real tier comes in two sizes, as Cluster API's e2e does (PR-blocking and full):
+# - test-e2e-local, the blocking tier CI runs: two versions without CoreDNS, and the scenarios that
+#   exercise the gate, the bootstrap refresh and a manager restart with real kubelets;
+# - test-e2e-full: three versions with CoreDNS and every scenario.
+E2E_LOCAL_VERSIONS := v1.36.3 v1.37.2
+E2E_LOCAL_SCENARIOS := ^(TestUpgradeBothAtOnce|TestPauseLongerThanTokenTTL|TestManagerRestartMidUpgrade)/^machinepool-first
+E2E_FULL_VERSIONS := v1.35.4 v1.36.3 v1.37.2
 E2E_LOCAL_PARALLEL ?= 2
 E2E_LOCAL_TIMEOUT ?= 75m
-E2E_LOCAL_RUN ?= .
 E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
 
 .PHONY: test-e2e-local
-test-e2e-local: envtest-binaries test-realnode ## Real tier: node images from source, smoke test, then the upgrade scenarios on real KCP, CAPD and CAPDMP nodes
+test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smoke test, three upgrade scenarios on real KCP, CAPD and CAPDMP nodes
+	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='$(E2E_LOCAL_SCENARIOS)'
+
+.PHONY: test-e2e-full
+test-e2e-full: ## Full real tier: node images of three versions with CoreDNS, smoke test, every real scenario
+	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_FULL_VERSIONS)" NODE_IMAGES_COREDNS=true E2E_LOCAL_RUN=.
+
+.PHONY: real-tier
+real-tier: envtest-binaries test-realnode
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
 	eval "$$(hack/docker-engine.sh start)" && go test -tags e2e_local -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
 	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/local/real/ 2>&1 | tee $(E2E_LOCAL_LOG); \

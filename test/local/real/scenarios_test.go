@@ -19,9 +19,12 @@ import (
 
 const (
 	// Budgets on a loaded 2-core machine: a control-plane node boots and joins in about a minute,
-	// a one-node KCP rollout takes two to four.
+	// a one-node KCP rollout takes two to four. A join that fails costs the MachineHealthCheck's
+	// node startup timeout (controlPlaneNodeStartup) and a new join before KCP's rollout goes on:
+	// the control plane's waits leave room for one remediation.
 	clusterReady   = 8 * time.Minute
 	upgradeDone    = 12 * time.Minute
+	remediation    = controlPlaneNodeStartup + 6*time.Minute
 	nodeImageOfTag = "kindest/node:"
 )
 
@@ -55,7 +58,7 @@ func (s *scenario) upgrade(version string, cpReplicas, poolReplicas int32, delay
 	s.apply(version, delay, writes...)
 	// KCP replaces the control-plane machines one at a time: beside another scenario on two cores
 	// each took 2.5-4 minutes to join and turn ready, and a three-node rollout outlasted 12 minutes.
-	s.waitControlPlane(version, cpReplicas, upgradeDone+time.Duration(cpReplicas-1)*5*time.Minute)
+	s.waitControlPlane(version, cpReplicas, upgradeDone+remediation+time.Duration(cpReplicas-1)*5*time.Minute)
 	s.waitPool(version, poolReplicas, upgradeDone)
 	s.recordLatency(version)
 }
@@ -88,17 +91,15 @@ func (s *scenario) sawMixedControlPlaneWhileWaiting() bool {
 func TestThreeNodeControlPlane(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "s2-three-node-control-plane", realworld.ClusterSpec{ControlPlaneVersion: v136, ControlPlaneReplicas: 3, PoolVersion: v136, PoolReplicas: 1})
-	s.waitControlPlane(v136, 3, clusterReady+4*time.Minute)
+	s.waitControlPlane(v136, 3, clusterReady+4*time.Minute+remediation)
 	s.waitPool(v136, 1, clusterReady)
 	s.upgrade(v137, 3, 1, 0, writeMachinePool, writeControlPlane)
 	s.g.Expect(s.sawMixedControlPlaneWhileWaiting()).To(BeTrue(), "the monitor saw kube-apiservers of two versions while the gate held the pool")
 }
 
-// Scenario 1: control plane and pool upgraded at once, in each order, with and without delays
-// between the writes; and scenario 5, the chain v1.35 -> v1.36 -> v1.37 with the pool following
-// each step. Each order gets one cluster that climbs v1.35 -> v1.36 with the writes back to back
-// and v1.36 -> v1.37 with 10 s between them: six upgrades, three chains, on three clusters, which
-// keeps the suite inside CI's budget. Scenario 7 (manager restart) is TestManagerRestartMidUpgrade.
+// Scenario 1: control plane and pool upgraded at once, in each order, the writes back to back.
+// machinepool-first is in the blocking tier (make test-e2e-local); scenario 7 (manager restart)
+// is TestManagerRestartMidUpgrade.
 func TestUpgradeBothAtOnce(t *testing.T) {
 	// Parallel with the other scenarios too: they share -parallel slots instead of waiting for
 	// these three.
@@ -114,13 +115,23 @@ func TestUpgradeBothAtOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newScenario(t, "s1-"+tt.name, realworld.ClusterSpec{ControlPlaneVersion: v135, ControlPlaneReplicas: 1, PoolVersion: v135, PoolReplicas: 2})
-			s.waitControlPlane(v135, 1, clusterReady)
-			s.waitPool(v135, 2, clusterReady)
-			s.upgrade(v136, 1, 2, 0, tt.writes...)
-			s.upgrade(v137, 1, 2, 10*time.Second, tt.writes...)
+			s := newScenario(t, "s1-"+tt.name, realworld.ClusterSpec{ControlPlaneVersion: v136, ControlPlaneReplicas: 1, PoolVersion: v136, PoolReplicas: 2})
+			s.waitControlPlane(v136, 1, clusterReady)
+			s.waitPool(v136, 2, clusterReady)
+			s.upgrade(v137, 1, 2, 0, tt.writes...)
 		})
 	}
+}
+
+// Scenario 5: the chain v1.35 -> v1.36 -> v1.37, the pool following each step, with 10 s between
+// the writes: pool first, then the custom image first.
+func TestUpgradeChain(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, "s5-chain", realworld.ClusterSpec{ControlPlaneVersion: v135, ControlPlaneReplicas: 1, PoolVersion: v135, PoolReplicas: 2})
+	s.waitControlPlane(v135, 1, clusterReady)
+	s.waitPool(v135, 2, clusterReady)
+	s.upgrade(v136, 1, 2, 10*time.Second, writeMachinePool, writeControlPlane)
+	s.upgrade(v137, 1, 2, 10*time.Second, writeCustomImage, writeMachinePool, writeControlPlane)
 }
 
 // Scenario 3: the control-plane upgrade starts after the pool's pause outlived CABPK's token TTL;
@@ -138,7 +149,7 @@ func TestPauseLongerThanTokenTTL(t *testing.T) {
 	s.logf("paused with bootstrap data %s; holding the control plane back for the token TTL (%s) and 15 s", short(hashAtPause), tokenTTL())
 	time.Sleep(tokenTTL() + 15*time.Second)
 	s.apply(v137, 0, writeControlPlane)
-	s.waitControlPlane(v137, 1, upgradeDone)
+	s.waitControlPlane(v137, 1, upgradeDone+remediation)
 	s.waitPool(v137, 1, upgradeDone)
 	s.recordLatency(v137)
 
@@ -176,7 +187,7 @@ func TestScaleAndReplaceWhilePaused(t *testing.T) {
 	s.g.Expect(s.c.Containers(s.ctx)).NotTo(ContainElement(victim.Name))
 
 	s.apply(v137, 0, writeControlPlane)
-	s.waitControlPlane(v137, 1, upgradeDone)
+	s.waitControlPlane(v137, 1, upgradeDone+remediation)
 	s.waitPool(v137, 3, upgradeDone)
 	s.recordLatency(v137)
 }
@@ -223,7 +234,7 @@ func TestManagerRestartMidUpgrade(t *testing.T) {
 	s.waitGate(string(skew.ControlPlaneOlder), 2*time.Minute)
 	s.g.Expect(world.RestartCAPDMP()).To(Succeed())
 	s.logf("restarted the CAPDMP manager while the gate waits")
-	s.waitControlPlane(v137, 1, upgradeDone)
+	s.waitControlPlane(v137, 1, upgradeDone+remediation)
 	s.waitPool(v137, 2, upgradeDone)
 	s.recordLatency(v137)
 }
