@@ -24,6 +24,7 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/pkg/skew"
+	"github.com/capdmp/capdmp/test/realworld"
 )
 
 // testCluster is one Cluster of a scenario: its control plane is driven at the contract level,
@@ -303,7 +304,7 @@ type monitor struct {
 	interval   time.Duration
 	mu         sync.Mutex
 	violations []string
-	samples    int
+	coverage   realworld.Coverage
 	// seen are the names of every container the pool had while sampled: their Nodes are its own.
 	seen map[string]bool
 	stop chan struct{}
@@ -350,10 +351,11 @@ func (m *monitor) run() {
 		for _, v := range kcp.Status.Versions {
 			cp = append(cp, v.Version)
 		}
-		var running []string
+		var running, containerVersions []string
 		for _, ct := range containers {
 			if v, err := skew.VersionFromLabelValue(ct.Labels[infrav1.KubernetesVersionLabel]); err == nil {
 				running = append(running, ct.Name+"="+v)
+				containerVersions = append(containerVersions, v)
 			}
 		}
 		for _, ct := range containers {
@@ -365,7 +367,7 @@ func (m *monitor) run() {
 			}
 		}
 		m.mu.Lock()
-		m.samples++
+		m.coverage.Add(realworld.Sample{APIServers: cp, PoolContainers: containerVersions})
 		for _, r := range running {
 			name, v, _ := strings.Cut(r, "=")
 			if violation := skewViolation(v, cp); violation != "" {
@@ -397,11 +399,17 @@ func skewViolation(version string, controlPlane []string) string {
 	return ""
 }
 
-// finish stops the monitor and returns what it saw.
-func (m *monitor) finish() (samples int, violations []string) {
+// finish stops the monitor and returns what it saw; a monitor whose samples judged nothing fails
+// the test.
+func (m *monitor) finish(t *testing.T) (samples int, violations []string) {
+	t.Helper()
 	close(m.stop)
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.samples, m.violations
+	t.Logf("monitor: %s", m.coverage)
+	if blind := m.coverage.Blind(); blind != "" {
+		t.Errorf("%s (%s)", blind, m.coverage)
+	}
+	return m.coverage.Samples, m.violations
 }

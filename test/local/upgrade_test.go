@@ -80,7 +80,7 @@ func TestUpgradeBothAtOnce(t *testing.T) {
 			latency = time.Since(reopened)
 			c.waitForReady(2, v132, 2*time.Minute)
 
-			samples, violations := m.finish()
+			samples, violations := m.finish(t)
 			skewViolationsTotal += len(violations)
 			t.Logf("gate re-open latency (control plane at %s -> first %s container created): %s; upgrade took %s; %d samples",
 				v132, v132, latency.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), samples)
@@ -152,7 +152,7 @@ func testPause(t *testing.T, restart bool) {
 	for _, ct := range c.containers() {
 		g.Expect(ct.Labels[infrav1.BootstrapDataHashLabel]).ToNot(Equal(hashAtPause))
 	}
-	samples, violations := m.finish()
+	samples, violations := m.finish(t)
 	skewViolationsTotal += len(violations)
 	t.Logf("pause of %s outlived the %s token TTL; %d samples", tokenTTL+5*time.Second, tokenTTL, samples)
 	g.Expect(violations).To(BeEmpty())

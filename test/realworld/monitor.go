@@ -71,6 +71,7 @@ type Monitor struct {
 
 	mu         sync.Mutex
 	samples    int
+	coverage   Coverage
 	changes    []Sample
 	violations []Violation
 	stop       context.CancelFunc
@@ -256,6 +257,7 @@ func (m *Monitor) record(s Sample) {
 		m.maxGap, m.maxGapEnd = gap, s.At
 	}
 	m.last = s.At
+	m.coverage.Add(s)
 	if v := violation(s); v != "" {
 		m.violations = append(m.violations, Violation{At: s.At, Detail: v})
 	}
@@ -297,6 +299,61 @@ func violation(s Sample) string {
 	}
 	slices.Sort(problems)
 	return strings.Join(problems, "; ")
+}
+
+// Coverage counts samples by what they could judge: a sample with no kube-apiserver, or with no
+// pool container, can break no rule and proves nothing, so it is counted apart, never as "no
+// violation".
+type Coverage struct {
+	Samples int
+	// Judged samples saw at least one kube-apiserver's version and one pool container.
+	Judged int
+	// NoAPIServer samples saw pool containers while no kube-apiserver answered: blind.
+	NoAPIServer int
+	// NoPoolNode samples saw kube-apiservers and no pool container.
+	NoPoolNode int
+	// Nothing samples saw neither, as before a cluster's first node.
+	Nothing int
+}
+
+// Add counts s.
+func (c *Coverage) Add(s Sample) {
+	c.Samples++
+	switch apiServers, pool := len(s.APIServers) > 0, len(s.PoolContainers) > 0; {
+	case apiServers && pool:
+		c.Judged++
+	case pool:
+		c.NoAPIServer++
+	case apiServers:
+		c.NoPoolNode++
+	default:
+		c.Nothing++
+	}
+}
+
+// Blind says why a monitor's samples prove nothing, "" when they do: it judged no sample, or
+// judged fewer than half of those taken once the cluster showed a kube-apiserver or a pool node.
+func (c Coverage) Blind() string {
+	seen := c.Samples - c.Nothing
+	switch {
+	case c.Judged == 0:
+		return fmt.Sprintf("the monitor judged none of its %d samples: it never saw a kube-apiserver's version and a pool node at once", c.Samples)
+	case c.Judged*2 <= seen:
+		return fmt.Sprintf("the monitor judged %d of the %d samples taken once the cluster showed a node: not most", c.Judged, seen)
+	}
+	return ""
+}
+
+func (c Coverage) String() string {
+	return fmt.Sprintf("%d samples: %d judged, %d with pool nodes and no kube-apiserver, %d with no pool node, %d with neither",
+		c.Samples, c.Judged, c.NoAPIServer, c.NoPoolNode, c.Nothing)
+}
+
+// Coverage is what the samples so far could judge.
+func (m *Monitor) Coverage() Coverage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.coverage
 }
 
 // Stop stops sampling.

@@ -37,6 +37,44 @@ func TestViolation(t *testing.T) {
 	}
 }
 
+func TestCoverage(t *testing.T) {
+	judged := Sample{APIServers: []string{"v1.36.3"}, PoolContainers: []string{"v1.36.3"}}
+	blind := Sample{PoolContainers: []string{"v1.36.3"}}
+	noPool := Sample{APIServers: []string{"v1.36.3"}}
+	nothing := Sample{}
+	tests := []struct {
+		name      string
+		samples   []Sample
+		want      Coverage
+		wantBlind string
+	}{
+		{name: "no sample", wantBlind: "judged none of its 0 samples"},
+		{name: "never reached a kube-apiserver", samples: []Sample{nothing, blind, blind, blind},
+			want: Coverage{Samples: 4, NoAPIServer: 3, Nothing: 1}, wantBlind: "judged none of its 4 samples"},
+		{name: "saw nothing at all", samples: []Sample{nothing, nothing},
+			want: Coverage{Samples: 2, Nothing: 2}, wantBlind: "judged none of its 2 samples"},
+		{name: "judged half of what it saw", samples: []Sample{nothing, judged, blind, noPool, judged},
+			want: Coverage{Samples: 5, Judged: 2, NoAPIServer: 1, NoPoolNode: 1, Nothing: 1}, wantBlind: "judged 2 of the 4 samples"},
+		{name: "judged most once the cluster showed a node", samples: []Sample{nothing, nothing, nothing, noPool, judged, judged, blind, judged},
+			want: Coverage{Samples: 8, Judged: 3, NoAPIServer: 1, NoPoolNode: 1, Nothing: 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var c Coverage
+			for _, s := range tt.samples {
+				c.Add(s)
+			}
+			g.Expect(c).To(Equal(tt.want))
+			if tt.wantBlind == "" {
+				g.Expect(c.Blind()).To(BeEmpty())
+			} else {
+				g.Expect(c.Blind()).To(ContainSubstring(tt.wantBlind))
+			}
+		})
+	}
+}
+
 func TestReopenLatency(t *testing.T) {
 	start := time.Now()
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
