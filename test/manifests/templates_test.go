@@ -164,8 +164,13 @@ func TestTemplateMachinePool(t *testing.T) {
 
 	var clusters []clusterv1.Cluster
 	var pools []clusterv1.MachinePool
+	var healthChecks []clusterv1.MachineHealthCheck
 	for _, obj := range file.objects {
 		switch obj.GetKind() {
+		case "MachineHealthCheck":
+			var mhc clusterv1.MachineHealthCheck
+			convert(g, scheme, obj, &mhc)
+			healthChecks = append(healthChecks, mhc)
 		case "Cluster":
 			var c clusterv1.Cluster
 			convert(g, scheme, obj, &c)
@@ -179,6 +184,7 @@ func TestTemplateMachinePool(t *testing.T) {
 			convert(g, scheme, obj, &kcp)
 			g.Expect(kcp.Spec.Version).To(Equal(clusterctlVariables["KUBERNETES_VERSION"]))
 			g.Expect(*kcp.Spec.Replicas).To(BeEquivalentTo(3))
+			g.Expect(kcp.Spec.Remediation.MaxRetry).To(HaveValue(BeEquivalentTo(3)), "KCP remediates a failed control-plane Machine")
 			expectRef("KubeadmControlPlane", kcp.Spec.MachineTemplate.Spec.InfrastructureRef)
 		case "KubeadmConfig":
 			var config bootstrapv1.KubeadmConfig
@@ -192,6 +198,13 @@ func TestTemplateMachinePool(t *testing.T) {
 	expectRef("Cluster", clusters[0].Spec.InfrastructureRef)
 	expectRef("Cluster", clusters[0].Spec.ControlPlaneRef)
 	g.Expect(clusters[0].Spec.InfrastructureRef.APIGroup).To(Equal(capdv1.GroupVersion.Group), "the control plane runs on CAPD")
+
+	// The control plane's Machines are health-checked, so that KCP replaces one whose join failed.
+	g.Expect(healthChecks).To(HaveLen(1))
+	g.Expect(healthChecks[0].Spec.ClusterName).To(Equal(clusters[0].Name))
+	g.Expect(healthChecks[0].Spec.Selector.MatchLabels).To(HaveKey(clusterv1.MachineControlPlaneLabel))
+	g.Expect(healthChecks[0].Spec.Checks.NodeStartupTimeoutSeconds).To(HaveValue(BeEquivalentTo(600)))
+	g.Expect(healthChecks[0].Spec.Checks.UnhealthyNodeConditions).NotTo(BeEmpty())
 
 	g.Expect(pools).To(HaveLen(1))
 	pool := pools[0]

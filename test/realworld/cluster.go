@@ -52,9 +52,13 @@ type ClusterSpec struct {
 	// pods in every cluster cost time the suite does not have. Nodes are Ready without them.
 	SkipAddons bool
 	// KubeadmTimeout, when set, raises kubeadm's waits for the control plane's components, the
-	// kubelet and etcd (2 and 4 minutes by default) on init and join: on a loaded machine a new
-	// etcd member can take longer to start, and kubeadm's etcd-join phase then fails for good.
+	// kubelet, etcd and the kubelet's TLS bootstrap (2 to 5 minutes by default) on init and join:
+	// on a loaded machine a new etcd member, or the joining node's own kube-apiserver that its
+	// kubelet bootstraps against, can take longer to start, and the join then fails for good.
 	KubeadmTimeout time.Duration
+	// ControlPlaneNodeStartupTimeout, when set, replaces the template's 10 minutes a control-plane
+	// Machine may take to register its Node before the MachineHealthCheck has KCP replace it.
+	ControlPlaneNodeStartupTimeout time.Duration
 	// ControlPlaneBootstrapTimeout, when set, replaces CAPD's limit on a control-plane machine's
 	// whole bootstrap (5 minutes by default), which must outlast KubeadmTimeout: CAPD never
 	// retries a bootstrap it gave up on, so a join that ends just after the limit leaves a machine
@@ -105,6 +109,9 @@ func renderCluster(ctx context.Context, spec ClusterSpec) ([]unstructured.Unstru
 		// The node images' pod network routes node podCIDRs; any private range works.
 		"POD_CIDR": `["10.244.0.0/16"]`, "SERVICE_CIDR": `["10.96.0.0/12"]`,
 	}
+	if spec.ControlPlaneNodeStartupTimeout > 0 {
+		vars["CONTROL_PLANE_NODE_STARTUP_TIMEOUT_SECONDS"] = strconv.Itoa(int(spec.ControlPlaneNodeStartupTimeout.Seconds()))
+	}
 	rendered, err := yamlprocessor.NewSimpleProcessor().Process(raw, func(name string) (string, error) {
 		if v, ok := vars[name]; ok {
 			return v, nil
@@ -150,6 +157,9 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec Clu
 				for _, t := range []*bootstrapv1.Timeouts{&kcp.Spec.KubeadmConfigSpec.InitConfiguration.Timeouts, &kcp.Spec.KubeadmConfigSpec.JoinConfiguration.Timeouts} {
 					t.ControlPlaneComponentHealthCheckSeconds, t.KubeletHealthCheckSeconds, t.EtcdAPICallSeconds = seconds, seconds, seconds
 				}
+				// A control-plane join waits for its kubelet's TLS bootstrap against the node's
+				// own kube-apiserver, which a busy host starts minutes late.
+				kcp.Spec.KubeadmConfigSpec.JoinConfiguration.Timeouts.TLSBootstrapSeconds = seconds
 			}
 			return (&kcpadmission.KubeadmControlPlane{}).Default(ctx, kcp)
 		}
@@ -295,6 +305,20 @@ func (c *Cluster) ControlPlaneAt(ctx context.Context, version string, replicas i
 	ok := len(s.Versions) == 1 && s.Versions[0].Version == version && ptr.Deref(s.Replicas, 0) == replicas &&
 		ptr.Deref(s.ReadyReplicas, 0) == replicas && ptr.Deref(s.UpToDateReplicas, 0) == replicas
 	return ok, desc, nil
+}
+
+// LastRemediation says when KCP last replaced a control-plane Machine the MachineHealthCheck
+// found unhealthy, and which; ok is false when it never did.
+func (c *Cluster) LastRemediation(ctx context.Context) (machine string, at time.Time, retries int32, ok bool, err error) {
+	kcp, err := c.ControlPlaneStatus(ctx)
+	if err != nil {
+		return "", time.Time{}, 0, false, err
+	}
+	r := kcp.Status.LastRemediation
+	if r.Machine == "" {
+		return "", time.Time{}, 0, false, nil
+	}
+	return r.Machine, r.Time.Time, ptr.Deref(r.RetryCount, 0), true, nil
 }
 
 // ControlPlaneMachineConditions lists, for a wait that timed out, every condition of the control

@@ -26,21 +26,24 @@ func TestRenderCluster(t *testing.T) {
 	withKnobs.SkipAddons = true
 	withKnobs.KubeadmTimeout = 10 * time.Minute
 	withKnobs.ControlPlaneBootstrapTimeout = 15 * time.Minute
+	withKnobs.ControlPlaneNodeStartupTimeout = 12 * time.Minute
 
 	tests := []struct {
-		name                 string
-		spec                 ClusterSpec
-		wantBootstrapTimeout *metav1.Duration
-		wantKubeadmSeconds   *int32
-		wantSkippedAddons    bool
+		name                   string
+		spec                   ClusterSpec
+		wantBootstrapTimeout   *metav1.Duration
+		wantKubeadmSeconds     *int32
+		wantSkippedAddons      bool
+		wantNodeStartupTimeout int32
 	}{
-		{name: "the template as it is", spec: base},
+		{name: "the template as it is", spec: base, wantNodeStartupTimeout: 600},
 		{
-			name:                 "the suite's knobs",
-			spec:                 withKnobs,
-			wantBootstrapTimeout: &metav1.Duration{Duration: 15 * time.Minute},
-			wantKubeadmSeconds:   ptr.To[int32](600),
-			wantSkippedAddons:    true,
+			name:                   "the suite's knobs",
+			spec:                   withKnobs,
+			wantBootstrapTimeout:   &metav1.Duration{Duration: 15 * time.Minute},
+			wantKubeadmSeconds:     ptr.To[int32](600),
+			wantSkippedAddons:      true,
+			wantNodeStartupTimeout: 720,
 		},
 	}
 	for _, tt := range tests {
@@ -58,6 +61,12 @@ func TestRenderCluster(t *testing.T) {
 			g.Expect(kcp.Spec.Version).To(Equal(tt.spec.ControlPlaneVersion))
 			g.Expect(kcp.Spec.KubeadmConfigSpec.JoinConfiguration.Timeouts.EtcdAPICallSeconds).To(Equal(tt.wantKubeadmSeconds))
 			g.Expect(kcp.Spec.KubeadmConfigSpec.InitConfiguration.Timeouts.ControlPlaneComponentHealthCheckSeconds).To(Equal(tt.wantKubeadmSeconds))
+			g.Expect(kcp.Spec.KubeadmConfigSpec.JoinConfiguration.Timeouts.TLSBootstrapSeconds).To(Equal(tt.wantKubeadmSeconds))
+			g.Expect(kcp.Spec.Remediation.MaxRetry).To(HaveValue(BeEquivalentTo(3)))
+
+			mhc := &clusterv1.MachineHealthCheck{}
+			g.Expect(fromObjects(objs, "MachineHealthCheck", mhc)).To(Succeed())
+			g.Expect(mhc.Spec.Checks.NodeStartupTimeoutSeconds).To(HaveValue(Equal(tt.wantNodeStartupTimeout)))
 			var wantSkipPhases []string
 			if tt.wantSkippedAddons {
 				wantSkipPhases = []string{"addon/coredns", "addon/kube-proxy"}

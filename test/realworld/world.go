@@ -31,6 +31,7 @@ import (
 	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	coresetup "sigs.k8s.io/cluster-api/core/setup"
@@ -252,6 +253,10 @@ func (w *World) startCore(logger logr.Logger) error {
 		func() error { return SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, w.opts.TokenTTL) },
 		func() error {
 			return (&machineset.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
+		},
+		// The template's MachineHealthCheck on the control plane: KCP remediates what it marks.
+		func() error {
+			return (&machinehealthcheck.Reconciler{Client: mgr.GetClient(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 		},
 		func() error {
 			o := opts
