@@ -146,25 +146,78 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 }
 
 func (r *DockerMachinePoolMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
 	conditions.Set(s.machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.DeletingReason, "Deleting the container"))
-	ctrl.LoggerFrom(ctx).Info("Deleting container", "container", s.machine.Name)
-	if err := r.Runtime.Delete(ctx, s.machine.Name); err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete container %s", s.machine.Name)
+	_, err := r.ownContainer(ctx, s.machine)
+	switch {
+	case pkgerrors.Is(err, container.ErrNotFound):
+	case pkgerrors.Is(err, errNotOwned) || pkgerrors.Is(err, errNoOwnerPool):
+		// The object goes, the container stays: it is not this machine's to remove. A pool's
+		// own containers are removed by the pool's deletion, which lists them by its UID.
+		r.refuseContainer(s.machine, err)
+	case err != nil:
+		return ctrl.Result{}, err
+	default:
+		log.Info("Deleting container", "container", s.machine.Name)
+		if err := r.Runtime.Delete(ctx, s.machine.Name); err != nil {
+			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete container %s", s.machine.Name)
+		}
 	}
 	controllerutil.RemoveFinalizer(s.machine, infrav1.MachinePoolMachineFinalizer)
 	return ctrl.Result{}, nil
 }
 
-func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
-	machine := s.machine
+// errNotOwned: a container of the machine's name exists, but its pool did not make it.
+var errNotOwned = pkgerrors.New("the container was not made by this machine's DockerMachinePool")
+
+// errNoOwnerPool: the machine names no DockerMachinePool that exists, so no container is its own.
+var errNoOwnerPool = pkgerrors.New("the machine's DockerMachinePool does not exist")
+
+// ownContainer inspects the machine's container and checks that the DockerMachinePool owning the
+// machine made it for the machine's Cluster: the container carries that pool's UID and the
+// Cluster's name. To the engine a DockerMachinePoolMachine is only a name: without the check,
+// whoever may create one could have CAPDMP exec into or remove any container of the engine.
+func (r *DockerMachinePoolMachineReconciler) ownContainer(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (container.Container, error) {
 	c, err := r.Runtime.Inspect(ctx, machine.Name)
 	if err != nil {
 		if pkgerrors.Is(err, container.ErrNotFound) {
-			conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotFoundReason,
-				"The container is gone; the pool removes this machine and replaces it"))
-			return ctrl.Result{}, nil
+			return container.Container{}, err
 		}
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to inspect container %s", machine.Name)
+		return container.Container{}, pkgerrors.Wrapf(err, "failed to inspect container %s", machine.Name)
+	}
+	pool, err := r.ownerPool(ctx, machine)
+	if err != nil {
+		return container.Container{}, err
+	}
+	clusterName := machine.Labels[clusterv1.ClusterNameLabel]
+	if c.Labels[infrav1.PoolUIDLabel] != string(pool.UID) || c.Labels[infrav1.ClusterNameLabel] != clusterName {
+		return container.Container{}, pkgerrors.Wrapf(errNotOwned, "container %s does not carry the labels of DockerMachinePool %s of Cluster %s",
+			machine.Name, klog.KObj(pool), klog.KRef(machine.Namespace, clusterName))
+	}
+	return c, nil
+}
+
+// refuseContainer reports, in a condition and an event, that the machine's container is left
+// alone.
+func (r *DockerMachinePoolMachineReconciler) refuseContainer(machine *infrav1.DockerMachinePoolMachine, err error) {
+	msg := "Not acting on container " + machine.Name + ": " + err.Error()
+	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotOwnedReason, msg))
+	r.eventf(machine, corev1.EventTypeWarning, infrav1.ContainerNotOwnedReason, "%s", msg)
+}
+
+func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	machine := s.machine
+	c, err := r.ownContainer(ctx, machine)
+	switch {
+	case pkgerrors.Is(err, container.ErrNotFound):
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotFoundReason,
+			"The container is gone; the pool removes this machine and replaces it"))
+		return ctrl.Result{}, nil
+	case pkgerrors.Is(err, errNotOwned) || pkgerrors.Is(err, errNoOwnerPool):
+		r.refuseContainer(machine, err)
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, err
 	}
 	machine.Status.Addresses = addressesOf(c)
 	if !c.Running {
@@ -302,21 +355,37 @@ func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav
 
 // poolOf returns the DockerMachinePool a machine belongs to and its MachinePool.
 func (r *DockerMachinePoolMachineReconciler) poolOf(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (*infrav1.DockerMachinePool, *clusterv1.MachinePool, error) {
+	pool, err := r.ownerPool(ctx, machine)
+	if err != nil {
+		return nil, nil, err
+	}
+	machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
+	if err != nil || machinePool == nil {
+		return nil, nil, pkgerrors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
+	}
+	return pool, machinePool, nil
+}
+
+// ownerPool returns the DockerMachinePool the machine's owner reference names, in the machine's
+// namespace and with the reference's UID; errNoOwnerPool when there is none.
+func (r *DockerMachinePoolMachineReconciler) ownerPool(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (*infrav1.DockerMachinePool, error) {
 	for _, ref := range machine.OwnerReferences {
-		if ref.Kind != "DockerMachinePool" {
+		if ref.Kind != "DockerMachinePool" || ref.APIVersion != infrav1.GroupVersion.String() {
 			continue
 		}
 		pool := &infrav1.DockerMachinePool{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: machine.Namespace, Name: ref.Name}, pool); err != nil {
-			return nil, nil, pkgerrors.Wrapf(err, "failed to get DockerMachinePool %s", klog.KRef(machine.Namespace, ref.Name))
+			if apierrors.IsNotFound(err) {
+				return nil, pkgerrors.Wrapf(errNoOwnerPool, "DockerMachinePool %s", klog.KRef(machine.Namespace, ref.Name))
+			}
+			return nil, pkgerrors.Wrapf(err, "failed to get DockerMachinePool %s", klog.KRef(machine.Namespace, ref.Name))
 		}
-		machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
-		if err != nil || machinePool == nil {
-			return nil, nil, pkgerrors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
+		if pool.UID != ref.UID {
+			return nil, pkgerrors.Wrapf(errNoOwnerPool, "DockerMachinePool %s has UID %s, not the owner reference's %s", klog.KObj(pool), pool.UID, ref.UID)
 		}
-		return pool, machinePool, nil
+		return pool, nil
 	}
-	return nil, nil, pkgerrors.Errorf("DockerMachinePoolMachine %s has no DockerMachinePool owner", klog.KObj(machine))
+	return nil, pkgerrors.Wrapf(errNoOwnerPool, "DockerMachinePoolMachine %s has no DockerMachinePool owner reference", klog.KObj(machine))
 }
 
 func (r *DockerMachinePoolMachineReconciler) eventf(obj client.Object, eventType, reason, format string, args ...any) {

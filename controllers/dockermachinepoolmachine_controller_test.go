@@ -9,7 +9,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -52,7 +55,7 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			objs = append(objs, &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
 				Namespace: testNamespace, Name: name,
 				Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "DockerMachinePool", Name: testPool, UID: "pool-uid"}},
+				OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
 				Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
 			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
 			rt := fakeruntime.New()
@@ -102,8 +105,9 @@ func TestDockerMachinePoolMachineDelete(t *testing.T) {
 	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 	objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
 		Namespace: testNamespace, Name: name, DeletionTimestamp: &now,
-		Labels:     map[string]string{clusterv1.ClusterNameLabel: testCluster},
-		Finalizers: []string{infrav1.MachinePoolMachineFinalizer},
+		Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+		OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
+		Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
 	}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
 	rt := fakeruntime.New()
 	rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
@@ -119,6 +123,82 @@ func TestDockerMachinePoolMachineDelete(t *testing.T) {
 	// The finalizer is gone, so the object is.
 	err = c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, &infrav1.DockerMachinePoolMachine{})
 	g.Expect(err).To(HaveOccurred())
+}
+
+// TestDockerMachinePoolMachineForeignContainer: a DockerMachinePoolMachine named after a
+// container its pool did not make (another cluster's CAPD node, another pool's container, or
+// with no pool at all) never makes CAPDMP exec into that container or remove it.
+func TestDockerMachinePoolMachineForeignContainer(t *testing.T) {
+	const name = "other-cluster-control-plane"
+	capdNode := container.Container{Name: name, Image: "kindest/node:v1.31.0", Running: true,
+		Labels: map[string]string{"io.x-k8s.kind.cluster": "other-cluster", "io.x-k8s.kind.role": "control-plane"}}
+	otherPools := container.Container{Name: name, Image: "kindest/node:v1.31.0", Running: true,
+		Labels: map[string]string{infrav1.PoolUIDLabel: "other-pool-uid", infrav1.PoolNameLabel: testPool, infrav1.ClusterNameLabel: testCluster}}
+	otherClusters := container.Container{Name: name, Image: "kindest/node:v1.31.0", Running: true,
+		Labels: map[string]string{infrav1.PoolUIDLabel: "pool-uid", infrav1.PoolNameLabel: testPool, infrav1.ClusterNameLabel: "other-cluster"}}
+	tests := []struct {
+		name      string
+		container container.Container
+		owner     []metav1.OwnerReference
+		deleting  bool
+	}{
+		{name: "CAPD's node of another cluster", container: capdNode, owner: []metav1.OwnerReference{poolOwnerRef("pool-uid")}},
+		{name: "CAPD's node of another cluster, machine deleted", container: capdNode, owner: []metav1.OwnerReference{poolOwnerRef("pool-uid")}, deleting: true},
+		{name: "another pool's container", container: otherPools, owner: []metav1.OwnerReference{poolOwnerRef("pool-uid")}},
+		{name: "another pool's container, machine deleted", container: otherPools, owner: []metav1.OwnerReference{poolOwnerRef("pool-uid")}, deleting: true},
+		{name: "a container of another Cluster", container: otherClusters, owner: []metav1.OwnerReference{poolOwnerRef("pool-uid")}},
+		{name: "no owner pool", container: capdNode},
+		{name: "no owner pool, machine deleted", container: capdNode, deleting: true},
+		{name: "owner reference to a pool of another UID", container: capdNode, owner: []metav1.OwnerReference{poolOwnerRef("forged-uid")}, deleting: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
+			machine := &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
+				Namespace: testNamespace, Name: name,
+				Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+				OwnerReferences: tt.owner,
+				Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
+			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}}
+			if tt.deleting {
+				machine.DeletionTimestamp = ptr.To(metav1.Now())
+			}
+			rt := fakeruntime.New()
+			rt.Add(tt.container)
+			execs := 0
+			rt.ExecHandler = func(container.Container, []string, []byte) (container.ExecResult, error) {
+				execs++
+				return container.ExecResult{}, nil
+			}
+			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(append(w.objects(), machine)...).
+				WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).Build()
+			recorder := record.NewFakeRecorder(10)
+			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt, recorder: recorder}
+
+			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(machine)})
+			g.Expect(err).ToNot(HaveOccurred())
+
+			g.Expect(rt.Containers()).To(ConsistOf(HaveField("Name", name)), "the container survives")
+			g.Expect(execs).To(BeZero(), "nothing ran in the container")
+			g.Expect(recorder.Events).To(Receive(ContainSubstring(infrav1.ContainerNotOwnedReason)))
+			got := &infrav1.DockerMachinePoolMachine{}
+			err = c.Get(context.Background(), client.ObjectKeyFromObject(machine), got)
+			if tt.deleting {
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the object goes, without its container")
+				return
+			}
+			g.Expect(err).ToNot(HaveOccurred())
+			cond := conditions.Get(got, infrav1.ContainerProvisionedCondition)
+			g.Expect(cond).ToNot(BeNil())
+			g.Expect(cond.Reason).To(Equal(infrav1.ContainerNotOwnedReason))
+			g.Expect(cond.Message).To(ContainSubstring(name))
+		})
+	}
+}
+
+func poolOwnerRef(uid types.UID) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "DockerMachinePool", Name: testPool, UID: uid}
 }
 
 func containsArg(cmd []string, s string) bool {
@@ -150,8 +230,9 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 			objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace: testNamespace, Name: name,
-					Labels:     map[string]string{clusterv1.ClusterNameLabel: testCluster},
-					Finalizers: []string{infrav1.MachinePoolMachineFinalizer},
+					Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+					OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
+					Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
 				},
 				Spec: infrav1.DockerMachinePoolMachineSpec{ProviderID: providerID},
 				Status: infrav1.DockerMachinePoolMachineStatus{

@@ -63,6 +63,10 @@ const (
 	ContainerNotFoundReason = "ContainerNotFound"
 	// ContainerNotRunningReason: the container exists but is not running.
 	ContainerNotRunningReason = "ContainerNotRunning"
+	// ContainerNotOwnedReason: a container of the machine's name exists but does not carry the
+	// identity labels of the machine's DockerMachinePool and Cluster (or that pool does not
+	// exist); CAPDMP neither runs anything in it nor removes it.
+	ContainerNotOwnedReason = "ContainerNotOwned"
 	// WaitingForNodeBootReason: the container runs but its systemd and container runtime are not
 	// up yet; the bootstrap starts when they are.
 	WaitingForNodeBootReason = "WaitingForNodeBoot"
