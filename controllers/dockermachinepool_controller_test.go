@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 	"github.com/capdmp/capdmp/internal/nodeimage"
@@ -348,4 +349,111 @@ func stringsToAny(in []string) []any {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestDockerMachinePoolPauseBookkeeping: each pause starts fresh, a pause the gate ended with
+// nothing to create is forgotten, and no bootstrap token is revoked unless a container waits for
+// fresh data.
+func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
+	now := time.Now()
+	longAgo := &metav1.Time{Time: now.Add(-time.Hour)}
+	tests := []struct {
+		name     string
+		world    world
+		existing []string // versions of the pool's containers
+		// staleHash puts the current data's hash in the pause (the data predates it).
+		staleHash       bool
+		wantPaused      bool
+		wantFreshPause  bool // WaitingSince is this reconcile's, with the data's hash now
+		wantTokenKept   bool
+		wantRefreshCall bool
+	}{
+		{
+			name: "a pool at 0 replicas whose gate re-opened forgets the pause",
+			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 0, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: longAgo}},
+			staleHash:     true,
+			wantTokenKept: true,
+		},
+		{
+			name: "a pause with nothing to create revokes no token",
+			world: world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 0, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: longAgo}},
+			staleHash:     true,
+			wantPaused:    true,
+			wantTokenKept: true,
+		},
+		{
+			name: "a pause after the gate admitted starts fresh, whatever an earlier pause left",
+			world: world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 0, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+					WaitingSince: longAgo, BootstrapDataHashAtPause: "left-by-an-earlier-pause"}},
+			wantPaused:     true,
+			wantFreshPause: true,
+			wantTokenKept:  true,
+		},
+		{
+			name: "a rollout waiting on the gate gets fresh data at once",
+			world: world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: longAgo}},
+			existing:        []string{"v1.30.0"},
+			staleHash:       true,
+			wantPaused:      true,
+			wantRefreshCall: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			rt := fakeruntime.New()
+			for _, v := range []string{"v1.30.0", "v1.31.0"} {
+				rt.AddImage(image(g, v))
+			}
+			objs := tt.world.objects()
+			for i, v := range tt.existing {
+				c := nodeContainer(g, "existing-"+itoa(i), v, now)
+				rt.Add(c)
+				// Joined: its token is no longer in use.
+				objs = append(objs, &infrav1.DockerMachinePoolMachine{
+					ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: c.Name,
+						Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster, clusterv1.MachinePoolNameLabel: "mp",
+							infrav1.KubernetesVersionLabel: c.Labels[infrav1.KubernetesVersionLabel]},
+						OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")}},
+					Status: infrav1.DockerMachinePoolMachineStatus{Initialization: infrav1.DockerMachinePoolMachineInitializationStatus{Provisioned: ptr.To(true)}},
+				})
+			}
+			r, workload := newTestReconciler(g, objs, rt)
+			start := time.Now()
+			data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
+			g.Expect(err).ToNot(HaveOccurred())
+			if tt.staleHash {
+				pool := &infrav1.DockerMachinePool{}
+				g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+				pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
+				g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
+			}
+
+			pool := reconcilePool(g, r)
+
+			gate := pool.Status.VersionGate
+			g.Expect(gate.WaitingSince != nil).To(Equal(tt.wantPaused), "%+v", gate)
+			if !tt.wantPaused {
+				g.Expect(gate.BootstrapDataHashAtPause).To(BeEmpty())
+			}
+			if tt.wantFreshPause {
+				g.Expect(gate.WaitingSince.Time).To(BeTemporally(">=", start.Truncate(time.Second)))
+				g.Expect(gate.BootstrapDataHashAtPause).To(Equal(data.Hash))
+			}
+			err = workload.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"}, &corev1.Secret{})
+			g.Expect(err == nil).To(Equal(tt.wantTokenKept), "the workload cluster's bootstrap token kept: %v", err)
+			config := &bootstrapv1.KubeadmConfig{}
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: "mp-config"}, config)).To(Succeed())
+			_, refreshed := config.Annotations[BootstrapRefreshRequestedAnnotation]
+			g.Expect(refreshed).To(Equal(tt.wantRefreshCall))
+		})
+	}
 }

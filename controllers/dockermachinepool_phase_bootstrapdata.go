@@ -44,16 +44,20 @@ const (
 // newer than any unfinished pause and readable by the kubeadm it will run. Data older than the
 // pause is re-rendered by the bootstrap provider (CABPK): the pool deletes the workload cluster's
 // bootstrap token Secret, once no container is mid-join, and touches the KubeadmConfig; the data
-// Secret's change then wakes the pool. It does this as soon as a pause begins, so that the gate's
-// re-opening does not wait for it.
+// Secret's change then wakes the pool. It does this as soon as a pause begins if a rollout waits
+// on the gate, so that the gate's re-opening does not wait for it; when nothing is to be created
+// it revokes no token, and a pause the gate has ended is over.
 func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	s.creation = s.planCreation()
-	gate := s.pool.Status.VersionGate
-	pauseUnfinished := gate.WaitingSince != nil && gate.BootstrapDataHashAtPause != ""
-	if s.creation.count == 0 && !pauseUnfinished {
+	gate := &s.pool.Status.VersionGate
+	if s.creation.count == 0 && !s.rolloutWaitsOnGate() {
+		if s.decision != nil && s.decision.Verdict == skew.Proceed {
+			gate.WaitingSince, gate.BootstrapDataHashAtPause = nil, ""
+		}
 		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
 		return ctrl.Result{}, nil
 	}
+	pauseUnfinished := gate.WaitingSince != nil && gate.BootstrapDataHashAtPause != ""
 
 	name := dataSecretName(s)
 	if name == "" {

@@ -70,9 +70,10 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 	if previousReason != gate.WaitingReason {
 		r.eventf(s.pool, corev1.EventTypeNormal, string(decision.Reason), "Not creating containers of %s: %s", displayVersion(s.targetVersion), decision.Message)
 	}
-	if gate.WaitingSince == nil {
-		// A new pause: remember the data the pool had, so that no container is ever created with
-		// data older than the pause.
+	if gate.WaitingSince == nil || previousReason == "" {
+		// A new pause (the gate admitted at the last reconcile, whatever an earlier pause left):
+		// remember the data the pool has now, so that no container is ever created with data
+		// older than the pause.
 		now := metav1.NewTime(r.clock())
 		gate.WaitingSince = &now
 		gate.BootstrapDataHashAtPause = ""

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -147,6 +148,15 @@ func (s *poolScope) outdated(i *instance) bool {
 // rolloutAdmitted is true when the gate lets the pool replace outdated containers by new ones.
 func (s *poolScope) rolloutAdmitted() bool {
 	return s.decision != nil && s.decision.Verdict == skew.Proceed && s.targetImage != ""
+}
+
+// rolloutWaitsOnGate is true when the gate holds back the replacement of outdated containers:
+// the containers it will create when it re-opens need fresh data then.
+func (s *poolScope) rolloutWaitsOnGate() bool {
+	if s.decision == nil || s.decision.Verdict == skew.Proceed {
+		return false
+	}
+	return slices.ContainsFunc(s.active(), s.outdated)
 }
 
 // surge is how many containers above the desired count a rollout may run: one at a time, so that
