@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,12 +117,15 @@ func (w world) objects() []client.Object {
 			}},
 		},
 	}
-	objs := []client.Object{cluster, cp, mp, builder.GenericControlPlaneCRD.DeepCopy(),
-		&bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "mp-config"}}}
+	config := &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "mp-config"}}
+	objs := []client.Object{cluster, cp, mp, builder.GenericControlPlaneCRD.DeepCopy(), config}
 	if w.dataSecret {
+		// As CABPK writes it.
+		config.Status.DataSecretName = "mp-data"
 		mp.Spec.Template.Spec.Bootstrap.DataSecretName = ptr.To("mp-data")
 		objs = append(objs, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "mp-data", Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster}},
+			Type:       clusterv1.ClusterSecretType,
 			Data:       map[string][]byte{"value": []byte(cloudConfig), "format": []byte("cloud-config")},
 		})
 	}
@@ -417,14 +421,7 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			for i, v := range tt.existing {
 				c := nodeContainer(g, "existing-"+itoa(i), v, now)
 				rt.Add(c)
-				// Joined: its token is no longer in use.
-				objs = append(objs, &infrav1.DockerMachinePoolMachine{
-					ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: c.Name,
-						Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster, clusterv1.MachinePoolNameLabel: "mp",
-							infrav1.KubernetesVersionLabel: c.Labels[infrav1.KubernetesVersionLabel]},
-						OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")}},
-					Status: infrav1.DockerMachinePoolMachineStatus{Initialization: infrav1.DockerMachinePoolMachineInitializationStatus{Provisioned: ptr.To(true)}},
-				})
+				objs = append(objs, joinedMachine(c))
 			}
 			r, workload := newTestReconciler(g, objs, rt)
 			start := time.Now()
@@ -455,5 +452,127 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			_, refreshed := config.Annotations[BootstrapRefreshRequestedAnnotation]
 			g.Expect(refreshed).To(Equal(tt.wantRefreshCall))
 		})
+	}
+}
+
+// TestDockerMachinePoolRefreshTarget: a pause's refresh revokes only the token of the pool's own
+// KubeadmConfig's data; data it cannot refresh is said so once, in a condition, and the pool
+// goes on creating the containers the gate admits instead of retrying an error forever.
+func TestDockerMachinePoolRefreshTarget(t *testing.T) {
+	withData := func(value string) func([]client.Object) []client.Object {
+		return func(objs []client.Object) []client.Object {
+			for _, o := range objs {
+				if s, ok := o.(*corev1.Secret); ok && s.Name == "mp-data" {
+					s.Data["value"] = []byte(value)
+				}
+			}
+			return objs
+		}
+	}
+	fileDiscovery := strings.Replace(cloudConfig, `      bootstrapToken:
+        apiServerEndpoint: 127.0.0.1:6443
+        token: abcdef.0123456789abcdef
+        unsafeSkipCAVerification: true`, `      file:
+        kubeConfigPath: /etc/kubernetes/discovery.conf`, 1)
+	tests := []struct {
+		name string
+		// controlPlane is the control plane's version: v1.30.0 keeps the gate closed for the
+		// MachinePool's v1.31.0, v1.31.0 admits it.
+		controlPlane       string
+		mutate             func([]client.Object) []client.Object
+		wantReason         string
+		wantTokenKept      bool
+		wantCreatedVersion string
+	}{
+		{name: "the pool's own KubeadmConfig with a token: refreshed", controlPlane: "v1.30.0",
+			wantReason: infrav1.BootstrapDataRefreshingReason},
+		{name: "data that discovers the cluster without a token: said, and creation goes on", controlPlane: "v1.31.0",
+			mutate: withData(fileDiscovery), wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true, wantCreatedVersion: "v1.31.0"},
+		{name: "data with no kubeadm JoinConfiguration: said, and creation goes on", controlPlane: "v1.31.0",
+			mutate: withData("#cloud-config\nruncmd:\n- /opt/join.sh\n"), wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true, wantCreatedVersion: "v1.31.0"},
+		{name: "another bootstrap provider: said, and creation goes on", controlPlane: "v1.31.0",
+			mutate: func(objs []client.Object) []client.Object {
+				for _, o := range objs {
+					if mp, ok := o.(*clusterv1.MachinePool); ok {
+						mp.Spec.Template.Spec.Bootstrap.ConfigRef.Kind = "TalosConfig"
+					}
+				}
+				return objs
+			},
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true, wantCreatedVersion: "v1.31.0"},
+		{name: "the MachinePool names a Secret its KubeadmConfig did not write: no token revoked", controlPlane: "v1.30.0",
+			mutate: func(objs []client.Object) []client.Object {
+				for _, o := range objs {
+					if c, ok := o.(*bootstrapv1.KubeadmConfig); ok {
+						c.Status.DataSecretName = "mp-config-data"
+					}
+				}
+				return objs
+			},
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "another data Secret of the Cluster joins with the same token: not revoked", controlPlane: "v1.30.0",
+			mutate: func(objs []client.Object) []client.Object {
+				for _, o := range objs {
+					if s, ok := o.(*corev1.Secret); ok && s.Name == "mp-data" {
+						other := s.DeepCopy()
+						other.Name = "other-pool-data"
+						return append(objs, other)
+					}
+				}
+				return objs
+			},
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			w := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: time.Now().Add(-time.Hour)}}}
+			objs := w.objects()
+			if tt.mutate != nil {
+				objs = tt.mutate(objs)
+			}
+			rt := fakeruntime.New()
+			for _, v := range []string{"v1.30.0", "v1.31.0"} {
+				rt.AddImage(image(g, v))
+			}
+			existing := nodeContainer(g, "existing-0", "v1.30.0", time.Now())
+			rt.Add(existing)
+			objs = append(objs, joinedMachine(existing))
+			r, workload := newTestReconciler(g, objs, rt)
+			// The pause began with the data there is now.
+			data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
+			g.Expect(err).ToNot(HaveOccurred())
+			pool := &infrav1.DockerMachinePool{}
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+			pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
+			g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
+
+			pool = reconcilePool(g, r)
+
+			fresh := conditions.Get(pool, infrav1.BootstrapDataFreshCondition)
+			g.Expect(fresh).ToNot(BeNil())
+			g.Expect(fresh.Reason).To(Equal(tt.wantReason), fresh.Message)
+			err = workload.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"}, &corev1.Secret{})
+			g.Expect(err == nil).To(Equal(tt.wantTokenKept), "the workload cluster's bootstrap token kept: %v", err)
+			if tt.wantCreatedVersion != "" {
+				g.Expect(versionsOf(rt.Containers())).To(ContainElement(tt.wantCreatedVersion), "%+v", pool.Status.Conditions)
+				g.Expect(pool.Status.VersionGate.WaitingSince).To(BeNil(), "the pause the gate ended is over")
+			}
+		})
+	}
+}
+
+// joinedMachine is the DockerMachinePoolMachine of a container that joined: its token is no
+// longer in use.
+func joinedMachine(c container.Container) *infrav1.DockerMachinePoolMachine {
+	return &infrav1.DockerMachinePoolMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: c.Name,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster, clusterv1.MachinePoolNameLabel: "mp",
+				infrav1.KubernetesVersionLabel: c.Labels[infrav1.KubernetesVersionLabel]},
+			OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")}},
+		Status: infrav1.DockerMachinePoolMachineStatus{Initialization: infrav1.DockerMachinePoolMachineInitializationStatus{Provisioned: ptr.To(true)}},
 	}
 }

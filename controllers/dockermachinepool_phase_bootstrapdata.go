@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,15 +78,27 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 	s.creation.dataSecretName, s.creation.dataHash = name, data.Hash
 
 	if pauseUnfinished && data.Hash == gate.BootstrapDataHashAtPause {
+		why := "the data predates the pause that began at " + gate.WaitingSince.UTC().Format(time.RFC3339)
+		target, notRefreshable, err := r.refreshTargetOf(ctx, s, data)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if notRefreshable != "" {
+			return r.notRefreshable(s, why, notRefreshable), nil
+		}
 		if s.creation.blockedReason == "" && s.creation.count > 0 {
 			s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
 			s.creation.blockedMessage = "Waiting for bootstrap data newer than the pause that began at " + gate.WaitingSince.UTC().Format(time.RFC3339)
 		}
-		return r.requestBootstrapRefresh(ctx, s, data, "the data predates the pause that began at "+gate.WaitingSince.UTC().Format(time.RFC3339))
+		return r.requestBootstrapRefresh(ctx, s, target, why)
 	}
 
 	if s.creation.count > 0 && s.creation.version != "" {
 		apiVersion, err := bootstrap.JoinConfigurationAPIVersion(data)
+		if errors.Is(err, bootstrap.ErrNoJoinConfiguration) {
+			// Not kubeadm join data: there is no kubeadm API version to check.
+			apiVersion, err = "", nil
+		}
 		if err != nil {
 			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read the JoinConfiguration of the bootstrap data")
 		}
@@ -97,11 +111,19 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 				msg := fmt.Sprintf("The bootstrap data's JoinConfiguration is %s, which the kubeadm of %s cannot read", apiVersion, s.creation.version)
 				s.creation.blockedReason, s.creation.blockedMessage = unreadableJoinConfigurationReason, msg
 				conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason, msg))
-				if s.creation.version == s.targetVersion {
-					// Rendered for another version: a re-render uses the MachinePool's version.
-					return r.requestBootstrapRefresh(ctx, s, data, msg)
+				if s.creation.version != s.targetVersion {
+					return ctrl.Result{}, nil
 				}
-				return ctrl.Result{}, nil
+				// Rendered for another version: a re-render uses the MachinePool's version.
+				target, notRefreshable, err := r.refreshTargetOf(ctx, s, data)
+				if err != nil || notRefreshable != "" {
+					if notRefreshable != "" {
+						conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason,
+							msg+"; it cannot be refreshed: "+notRefreshable))
+					}
+					return ctrl.Result{}, err
+				}
+				return r.requestBootstrapRefresh(ctx, s, target, msg)
 			}
 		}
 	}
@@ -109,10 +131,93 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 	return ctrl.Result{}, nil
 }
 
+// refreshTarget is what a refresh of the pool's bootstrap data acts on: the pool's own
+// KubeadmConfig and the bootstrap token its data joins with.
+type refreshTarget struct {
+	config  *unstructured.Unstructured
+	tokenID string
+}
+
+// refreshTargetOf finds what a refresh of the pool's data would act on, or says why the data
+// cannot be refreshed: it is not the data of the MachinePool's own KubeadmConfig, it joins
+// without a bootstrap token (file or URL discovery, another bootstrap provider), or another data
+// Secret of the Cluster joins with the same token, which revoking it would break.
+func (r *DockerMachinePoolReconciler) refreshTargetOf(ctx context.Context, s *poolScope, data *bootstrap.Data) (*refreshTarget, string, error) {
+	ref := s.machinePool.Spec.Template.Spec.Bootstrap.ConfigRef
+	if !ref.IsDefined() || ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
+		return nil, fmt.Sprintf("the bootstrap config is a %s of %s; only a KubeadmConfig's data can be refreshed", ref.Kind, ref.APIGroup), nil
+	}
+	config := &unstructured.Unstructured{}
+	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
+		return nil, "", pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
+	}
+	dataSecret := dataSecretName(s)
+	if own, _, _ := unstructured.NestedString(config.Object, "status", "dataSecretName"); own != dataSecret {
+		return nil, fmt.Sprintf("the MachinePool's data Secret %s is not the one KubeadmConfig %s wrote (%q)", dataSecret, ref.Name, own), nil
+	}
+	tokenID, err := bootstrap.BootstrapTokenID(data)
+	switch {
+	case errors.Is(err, bootstrap.ErrNoJoinConfiguration):
+		return nil, "the data holds no kubeadm JoinConfiguration", nil
+	case errors.Is(err, bootstrap.ErrNoBootstrapToken):
+		return nil, "the kubeadm JoinConfiguration discovers the cluster without a bootstrap token", nil
+	case err != nil:
+		return nil, "", pkgerrors.Wrap(err, "failed to find the bootstrap token in the data")
+	}
+	shared, err := r.tokenSharedWith(ctx, s, dataSecret, tokenID)
+	if err != nil {
+		return nil, "", err
+	}
+	if shared != "" {
+		return nil, fmt.Sprintf("its bootstrap token %s is also in the data Secret %s", tokenID, shared), nil
+	}
+	return &refreshTarget{config: config, tokenID: tokenID}, "", nil
+}
+
+// tokenSharedWith returns another data Secret of the pool's Cluster whose data joins with
+// tokenID, "" when none does.
+func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *poolScope, dataSecret, tokenID string) (string, error) {
+	secrets := &corev1.SecretList{}
+	if err := r.APIReader.List(ctx, secrets, client.InNamespace(s.pool.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}); err != nil {
+		return "", pkgerrors.Wrapf(err, "failed to list the data Secrets of Cluster %s", klog.KObj(s.cluster))
+	}
+	for _, secret := range secrets.Items {
+		if secret.Name == dataSecret || secret.Type != clusterv1.ClusterSecretType {
+			continue
+		}
+		other, err := bootstrap.NewData(secret.Data["value"], string(secret.Data["format"]))
+		if err != nil {
+			continue // not bootstrap data
+		}
+		if id, err := bootstrap.BootstrapTokenID(other); err == nil && id == tokenID {
+			return secret.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// notRefreshable reports, once, that data older than the pause stays as it is: containers the
+// gate admits are created with it rather than never. A pause the gate has ended is then over.
+func (r *DockerMachinePoolReconciler) notRefreshable(s *poolScope, why, whyNot string) ctrl.Result {
+	msg := fmt.Sprintf("Refresh needed (%s), but %s; containers are created with the current data", why, whyNot)
+	if !conditions.IsFalse(s.pool, infrav1.BootstrapDataFreshCondition) ||
+		conditions.GetReason(s.pool, infrav1.BootstrapDataFreshCondition) != infrav1.BootstrapDataNotRefreshableReason {
+		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.BootstrapDataNotRefreshableReason, "%s", msg)
+	}
+	conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.BootstrapDataNotRefreshableReason, msg))
+	if s.decision != nil && s.decision.Verdict == skew.Proceed {
+		gate := &s.pool.Status.VersionGate
+		gate.WaitingSince, gate.BootstrapDataHashAtPause = nil, ""
+	}
+	return ctrl.Result{}
+}
+
 // requestBootstrapRefresh has CABPK re-render the pool's bootstrap data with a new token. It
 // never deletes the data Secret nor writes CABPK's status; it waits while a container may still
-// be joining with the current token.
-func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Context, s *poolScope, data *bootstrap.Data, why string) (ctrl.Result, error) {
+// be joining with the current token, and revokes only the token of target, the pool's own.
+func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Context, s *poolScope, target *refreshTarget, why string) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	setRefreshing := func(msg string) {
 		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.BootstrapDataRefreshingReason, msg))
@@ -125,16 +230,7 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 		}
 	}
 
-	ref := s.machinePool.Spec.Template.Spec.Bootstrap.ConfigRef
-	if !ref.IsDefined() || ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
-		setRefreshing(fmt.Sprintf("Refresh needed (%s), but only a KubeadmConfig's data can be refreshed; update the bootstrap config", why))
-		return ctrl.Result{}, nil
-	}
-	config := &unstructured.Unstructured{}
-	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
-	}
+	config, tokenID := target.config, target.tokenID
 	pauseStart := s.pool.Status.VersionGate.WaitingSince
 	if requested, err := time.Parse(time.RFC3339Nano, config.GetAnnotations()[BootstrapRefreshRequestedAnnotation]); err == nil {
 		age := r.clock().Sub(requested)
@@ -144,22 +240,16 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 		}
 	}
 
-	tokenID, err := bootstrap.BootstrapTokenID(data)
-	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to find the bootstrap token in the data")
+	if r.ClusterCache == nil {
+		return ctrl.Result{}, pkgerrors.New("no ClusterCache to reach the workload cluster")
 	}
-	if tokenID != "" {
-		if r.ClusterCache == nil {
-			return ctrl.Result{}, pkgerrors.New("no ClusterCache to reach the workload cluster")
-		}
-		workload, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
-		if err != nil {
-			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to get a client for the workload cluster")
-		}
-		tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + tokenID}}
-		if err := workload.Delete(ctx, tokenSecret); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
-		}
+	workload, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
+	if err != nil {
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to get a client for the workload cluster")
+	}
+	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + tokenID}}
+	if err := workload.Delete(ctx, tokenSecret); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
 	}
 
 	now := r.clock()

@@ -47,6 +47,10 @@ const (
 	BootstrapDataFreshReason = "Fresh"
 	// BootstrapDataRefreshingReason: a refresh was requested from the bootstrap provider.
 	BootstrapDataRefreshingReason = "Refreshing"
+	// BootstrapDataNotRefreshableReason: the data predates a pause but cannot be refreshed (not a
+	// KubeadmConfig's, no bootstrap token in it, or its token is shared); containers the gate
+	// admits are created with it.
+	BootstrapDataNotRefreshableReason = "NotRefreshable"
 
 	// DeletingReason is used on Ready while the object is being deleted.
 	DeletingReason = "Deleting"
