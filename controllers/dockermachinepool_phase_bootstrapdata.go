@@ -93,42 +93,55 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		return r.requestBootstrapRefresh(ctx, s, target, why)
 	}
 
-	if s.creation.count > 0 && s.creation.version != "" {
-		apiVersion, err := bootstrap.JoinConfigurationAPIVersion(data)
-		if errors.Is(err, bootstrap.ErrNoJoinConfiguration) {
-			// Not kubeadm join data: there is no kubeadm API version to check.
-			apiVersion, err = "", nil
+	if s.creation.count == 0 || s.creation.version == "" {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
+		return ctrl.Result{}, nil
+	}
+	msg, err := unreadableBy(data, s.creation.version)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if msg != "" {
+		s.creation.blockedReason, s.creation.blockedMessage = unreadableJoinConfigurationReason, msg
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason, msg))
+		if s.creation.version != s.targetVersion {
+			return ctrl.Result{}, nil
 		}
+		// Rendered for another version: a re-render uses the MachinePool's version.
+		target, notRefreshable, err := r.refreshTargetOf(ctx, s, data)
 		if err != nil {
-			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read the JoinConfiguration of the bootstrap data")
+			return ctrl.Result{}, err
 		}
-		if apiVersion != "" {
-			readable, err := skew.KubeadmAPIVersionReadable(s.creation.version, apiVersion)
-			if err != nil {
-				return ctrl.Result{}, pkgerrors.Wrap(err, "failed to check the JoinConfiguration API version")
-			}
-			if !readable {
-				msg := fmt.Sprintf("The bootstrap data's JoinConfiguration is %s, which the kubeadm of %s cannot read", apiVersion, s.creation.version)
-				s.creation.blockedReason, s.creation.blockedMessage = unreadableJoinConfigurationReason, msg
-				conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason, msg))
-				if s.creation.version != s.targetVersion {
-					return ctrl.Result{}, nil
-				}
-				// Rendered for another version: a re-render uses the MachinePool's version.
-				target, notRefreshable, err := r.refreshTargetOf(ctx, s, data)
-				if err != nil || notRefreshable != "" {
-					if notRefreshable != "" {
-						conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason,
-							msg+"; it cannot be refreshed: "+notRefreshable))
-					}
-					return ctrl.Result{}, err
-				}
-				return r.requestBootstrapRefresh(ctx, s, target, msg)
-			}
+		if notRefreshable != "" {
+			conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason,
+				msg+"; it cannot be refreshed: "+notRefreshable))
+			return ctrl.Result{}, nil
 		}
+		return r.requestBootstrapRefresh(ctx, s, target, msg)
 	}
 	conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
 	return ctrl.Result{}, nil
+}
+
+// unreadableBy says why the kubeadm of version cannot read the data's JoinConfiguration, ""
+// when it can or the data is not kubeadm join data. The pool checks it before it creates a
+// container, the machine again before it bootstraps one: the data may be re-rendered between.
+func unreadableBy(data *bootstrap.Data, version string) (string, error) {
+	apiVersion, err := bootstrap.JoinConfigurationAPIVersion(data)
+	if errors.Is(err, bootstrap.ErrNoJoinConfiguration) {
+		return "", nil
+	}
+	if err != nil {
+		return "", pkgerrors.Wrap(err, "failed to read the JoinConfiguration of the bootstrap data")
+	}
+	readable, err := skew.KubeadmAPIVersionReadable(version, apiVersion)
+	if err != nil {
+		return "", pkgerrors.Wrap(err, "failed to check the JoinConfiguration API version")
+	}
+	if readable {
+		return "", nil
+	}
+	return fmt.Sprintf("The bootstrap data's JoinConfiguration is %s, which the kubeadm of %s cannot read", apiVersion, version), nil
 }
 
 // refreshTarget is what a refresh of the pool's bootstrap data acts on: the pool's own

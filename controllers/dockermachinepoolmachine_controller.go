@@ -31,6 +31,7 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // DefaultBootstrapTimeout bounds one container's bootstrap when the pool does not say.
@@ -39,6 +40,10 @@ const DefaultBootstrapTimeout = 3 * time.Minute
 // nodeBootRequeue is how often a container that is still booting is looked at: a kind node's
 // systemd is up within seconds.
 const nodeBootRequeue = time.Second
+
+// unreadableDataRequeue is how often a container waits for bootstrap data its kubeadm can read:
+// the data Secret has no watch here; the pool has it re-rendered.
+const unreadableDataRequeue = 10 * time.Second
 
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines;dockermachinepoolmachines/status;dockermachinepoolmachines/finalizers,verbs=get;list;watch;update;patch
 
@@ -253,12 +258,12 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 		r.markBootstrapFailed(machine, "The bootstrap started earlier and did not finish (interrupted or failed); it is not run twice", nil)
 		return ctrl.Result{}, nil
 	}
-	return r.bootstrap(ctx, s)
+	return r.bootstrap(ctx, s, c)
 }
 
 // bootstrap runs the bootstrap data in the container. Its first step records the start and its
 // last writes the sentinel, which the next reconcile reads instead of running it again.
-func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *machineScope, c container.Container) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	machine := s.machine
 	pool, machinePool, err := r.poolOf(ctx, machine)
@@ -273,6 +278,19 @@ func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *m
 	data, err := bootstrap.Read(ctx, r.APIReader, machine.Namespace, name)
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
+	}
+	// The pool checked the data it created the container for; a re-render since may be for
+	// another kubeadm API, which would fail this join for good. Wait for readable data instead.
+	if version, err := skew.VersionFromLabelValue(c.Labels[infrav1.KubernetesVersionLabel]); err == nil {
+		unreadable, err := unreadableBy(data, version)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if unreadable != "" {
+			conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.WaitingForBootstrapDataReason,
+				unreadable+"; waiting for data it can read"))
+			return ctrl.Result{RequeueAfter: unreadableDataRequeue}, nil
+		}
 	}
 	commands, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: machine.Name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 	if err != nil {

@@ -38,6 +38,9 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 		wantProvisioned bool
 		wantReason      string
 		wantBootstrap   bool // the join command ran
+		// containerVersion is the container's version label: v1.31.0 unless set. The test data's
+		// JoinConfiguration is v1beta4, which a kubeadm of 1.30 cannot read.
+		containerVersion string
 	}{
 		{name: "fresh container: runs the bootstrap once and records it", sentinelExit: 80, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason, wantBootstrap: true},
 		{name: "already bootstrapped (sentinel): not run again", sentinelExit: 0, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
@@ -46,6 +49,8 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 		{name: "a failing step: failed with the step named", sentinelExit: 80, failStep: "kubeadm join", wantReason: infrav1.BootstrapFailedReason, wantBootstrap: true},
 		{name: "container gone", noContainer: true, wantReason: infrav1.ContainerNotFoundReason},
 		{name: "container stopped", stopped: true, wantReason: infrav1.ContainerNotRunningReason},
+		{name: "data re-rendered since the pool checked it, for a kubeadm this node's cannot read: waits, runs nothing",
+			containerVersion: "v1.30.0", sentinelExit: 80, wantReason: infrav1.WaitingForBootstrapDataReason},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +65,11 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
 			rt := fakeruntime.New()
 			if !tt.noContainer {
-				c := nodeContainer(g, name, "v1.31.0", time.Now())
+				version := "v1.31.0"
+				if tt.containerVersion != "" {
+					version = tt.containerVersion
+				}
+				c := nodeContainer(g, name, version, time.Now())
 				c.Running = !tt.stopped
 				rt.Add(c)
 			}
