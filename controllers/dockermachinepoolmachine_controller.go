@@ -134,7 +134,7 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
-			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition, infrav1.NodeProviderIDCondition,
+			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition, infrav1.NodeProviderIDCondition, infrav1.KubeletVersionCondition,
 		}}}
 		if reterr == nil {
 			opts = append(opts, patch.WithStatusObservedGeneration{})

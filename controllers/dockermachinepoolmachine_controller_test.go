@@ -223,6 +223,10 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 		wantReason  string
 		wantID      string
 		wantRequeue bool
+		// wantKubelet is the Node's kubeletVersion recorded on the machine, and
+		// wantKubeletReason the reason of its KubeletVersionAsLabelled condition.
+		wantKubelet       string
+		wantKubeletReason string
 	}{
 		{name: "Node not registered yet: waits and looks again", wantReason: infrav1.WaitingForNodeReason, wantRequeue: true},
 		{name: "kubelet registered without providerID: set", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
@@ -231,6 +235,12 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 			wantReason: infrav1.NodeProviderIDSetReason, wantID: providerID},
 		{name: "another providerID (immutable): reported, not overwritten", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: "aws:///other"}},
 			wantReason: infrav1.NodeProviderIDMismatchReason, wantID: "aws:///other"},
+		{name: "kubelet of the labelled version: recorded", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.31.0"}}},
+			wantReason: infrav1.NodeProviderIDSetReason, wantID: providerID, wantKubelet: "v1.31.0", wantKubeletReason: infrav1.KubeletVersionMatchesReason},
+		{name: "kubelet of another version than the image's label: recorded and reported", node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.32.1"}}},
+			wantReason: infrav1.NodeProviderIDSetReason, wantID: providerID, wantKubelet: "v1.32.1", wantKubeletReason: infrav1.KubeletVersionMismatchReason},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,7 +249,7 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 			objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace: testNamespace, Name: name,
-					Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+					Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster, infrav1.KubernetesVersionLabel: "v1.31.0"},
 					OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
 					Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
 				},
@@ -278,6 +288,10 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 				node := &corev1.Node{}
 				g.Expect(workload.Get(context.Background(), client.ObjectKey{Name: name}, node)).To(Succeed())
 				g.Expect(node.Spec.ProviderID).To(Equal(tt.wantID))
+			}
+			g.Expect(m.Status.NodeKubeletVersion).To(Equal(tt.wantKubelet))
+			if tt.wantKubeletReason != "" {
+				g.Expect(conditions.GetReason(m, infrav1.KubeletVersionCondition)).To(Equal(tt.wantKubeletReason))
 			}
 			ready := conditions.Get(m, infrav1.ReadyCondition)
 			g.Expect(ready).ToNot(BeNil())

@@ -2,12 +2,12 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // nodeRegistrationRequeue is how soon a bootstrapped machine looks for its Node again: a kubelet
@@ -31,7 +32,7 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNodeProviderID(ctx context
 	if r.ClusterCache == nil || machine.Spec.ProviderID == "" {
 		return ctrl.Result{}, nil
 	}
-	if c := conditions.Get(machine, infrav1.NodeProviderIDCondition); c != nil && c.Status == metav1.ConditionTrue {
+	if conditions.IsTrue(machine, infrav1.NodeProviderIDCondition) && machine.Status.NodeKubeletVersion != "" {
 		return ctrl.Result{}, nil
 	}
 	workload, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
@@ -50,6 +51,7 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNodeProviderID(ctx context
 		}
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get Node %s", machine.Name)
 	}
+	r.recordKubeletVersion(machine, node)
 	switch node.Spec.ProviderID {
 	case machine.Spec.ProviderID:
 	case "":
@@ -67,4 +69,27 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNodeProviderID(ctx context
 	}
 	conditions.Set(machine, metaCondition(infrav1.NodeProviderIDCondition, true, infrav1.NodeProviderIDSetReason, ""))
 	return ctrl.Result{}, nil
+}
+
+// recordKubeletVersion records the version the Node's kubelet reports, and says so when it is
+// not the version the container's image was labelled with: an image tag is a claim, the Node's
+// kubeletVersion is what the skew policy is about.
+func (r *DockerMachinePoolMachineReconciler) recordKubeletVersion(machine *infrav1.DockerMachinePoolMachine, node *corev1.Node) {
+	kubelet := node.Status.NodeInfo.KubeletVersion
+	if kubelet == "" {
+		return
+	}
+	machine.Status.NodeKubeletVersion = kubelet
+	labelled, labelErr := skew.VersionFromLabelValue(machine.Labels[infrav1.KubernetesVersionLabel])
+	running, kubeletErr := skew.CanonicalVersion(kubelet)
+	if labelErr == nil && kubeletErr == nil && labelled == running {
+		conditions.Set(machine, metaCondition(infrav1.KubeletVersionCondition, true, infrav1.KubeletVersionMatchesReason, ""))
+		return
+	}
+	msg := fmt.Sprintf("Node %s runs kubelet %s, but its image is labelled %q; the version-skew gate counts %s",
+		node.Name, kubelet, machine.Labels[infrav1.KubernetesVersionLabel], kubelet)
+	if !conditions.IsFalse(machine, infrav1.KubeletVersionCondition) {
+		r.eventf(machine, corev1.EventTypeWarning, infrav1.KubeletVersionMismatchReason, "%s", msg)
+	}
+	conditions.Set(machine, metaCondition(infrav1.KubeletVersionCondition, false, infrav1.KubeletVersionMismatchReason, msg))
 }

@@ -84,4 +84,13 @@ const (
 	WaitingForNodeReason = "WaitingForNode"
 	// NodeProviderIDMismatchReason: the Node carries another providerID (set by its kubelet).
 	NodeProviderIDMismatchReason = "ProviderIDMismatch"
+
+	// KubeletVersionCondition is true when the kubeletVersion of the container's Node is the
+	// version its image was labelled with; false when the image's tag says another version.
+	KubeletVersionCondition = "KubeletVersionAsLabelled"
+	// KubeletVersionMatchesReason: the Node's kubelet runs the labelled version.
+	KubeletVersionMatchesReason = "Matches"
+	// KubeletVersionMismatchReason: the Node's kubelet runs another version than the image's
+	// label; the gate counts the kubelet's.
+	KubeletVersionMismatchReason = "KubeletVersionMismatch"
 )

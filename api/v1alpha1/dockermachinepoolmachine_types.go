@@ -28,6 +28,13 @@ type DockerMachinePoolMachineStatus struct {
 	// +optional
 	Initialization DockerMachinePoolMachineInitializationStatus `json:"initialization,omitempty,omitzero"`
 
+	// nodeKubeletVersion is the kubeletVersion the container's Node reports, recorded once the
+	// Node registered: the version the gate counts for this container, whatever its image's tag
+	// says.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	NodeKubeletVersion string `json:"nodeKubeletVersion,omitempty"`
+
 	// addresses of the container.
 	// +optional
 	// +listType=atomic
@@ -55,6 +62,7 @@ type DockerMachinePoolMachineInitializationStatus struct {
 // +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
 // +kubebuilder:printcolumn:name="Pool",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/pool-name']",description="MachinePool"
 // +kubebuilder:printcolumn:name="Version",type="string",JSONPath=".metadata.labels['infrastructure\\.capdmp\\.dev/kubernetes-version']",description="Kubernetes version the container runs"
+// +kubebuilder:printcolumn:name="Kubelet",type="string",JSONPath=".status.nodeKubeletVersion",description="kubeletVersion of the container's Node"
 // +kubebuilder:printcolumn:name="Provisioned",type="boolean",JSONPath=".status.initialization.provisioned",description="Container runs and is bootstrapped"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
 
