@@ -14,6 +14,8 @@ import (
 
 // poolScope is what one reconcile of a DockerMachinePool knows; phases fill it in order.
 type poolScope struct {
+	// cluster and machinePool are always set on a normal reconcile; during deletion either may be
+	// nil, as deletion must not wait for objects that may already be gone.
 	cluster     *clusterv1.Cluster
 	machinePool *clusterv1.MachinePool
 	pool        *infrav1.DockerMachinePool
@@ -64,6 +66,15 @@ type creationPlan struct {
 }
 
 func (i *instance) name() string { return i.container.Name }
+
+// clusterName is the name of the pool's Cluster, from the Cluster or, when it is gone, from the
+// pool's cluster-name label; empty when neither says.
+func (s *poolScope) clusterName() string {
+	if s.cluster != nil {
+		return s.cluster.Name
+	}
+	return s.pool.Labels[clusterv1.ClusterNameLabel]
+}
 
 // version is the Kubernetes version the container runs, as recorded on it.
 func (i *instance) version() string {
