@@ -3,6 +3,7 @@ package controllers
 import (
 	"time"
 
+	pkgerrors "github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -76,13 +77,28 @@ func (s *poolScope) clusterName() string {
 	return s.pool.Labels[clusterv1.ClusterNameLabel]
 }
 
-// version is the Kubernetes version the container runs, as recorded on it.
+// version is the Kubernetes version the container runs, as recorded on it, for status, logs and
+// events; empty when the label is missing or does not parse. The gate uses recordedVersion, which
+// says why.
 func (i *instance) version() string {
-	v, err := skew.VersionFromLabelValue(i.container.Labels[infrav1.KubernetesVersionLabel])
+	v, err := i.recordedVersion()
 	if err != nil {
 		return ""
 	}
 	return v
+}
+
+// recordedVersion reads the Kubernetes version recorded on the container, in canonical form.
+func (i *instance) recordedVersion() (string, error) {
+	value, ok := i.container.Labels[infrav1.KubernetesVersionLabel]
+	if !ok {
+		return "", pkgerrors.Errorf("container %s has no %s label", i.name(), infrav1.KubernetesVersionLabel)
+	}
+	v, err := skew.VersionFromLabelValue(value)
+	if err != nil {
+		return "", pkgerrors.Wrapf(err, "label %s of container %s", infrav1.KubernetesVersionLabel, i.name())
+	}
+	return v, nil
 }
 
 // ready is true when the container runs and has been bootstrapped.
