@@ -124,7 +124,7 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 }
 
 // Reconcile reconciles one DockerMachinePool.
-func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 
 	pool := &infrav1.DockerMachinePool{}
@@ -133,6 +133,13 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get DockerMachinePool %s", req.NamespacedName)
+	}
+
+	// Deletion needs neither the MachinePool nor the Cluster: containers are matched by the pool's
+	// UID and machines by their owner reference. A pool whose MachinePool is already gone, or
+	// never adopted it, would otherwise keep its finalizer and its containers forever.
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.reconcileDeletion(ctx, pool)
 	}
 
 	machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
@@ -151,19 +158,8 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of MachinePool %s", klog.KObj(machinePool))
 	}
 
-	if pool.DeletionTimestamp.IsZero() {
-		// Add the finalizer first, so that no container can exist without it.
-		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, pool, infrav1.MachinePoolFinalizer); err != nil || added {
-			return ctrl.Result{}, err
-		}
-	}
-
-	patchHelper, err := patch.NewHelper(pool, r.Client)
-	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create patch helper for DockerMachinePool %s", klog.KObj(pool))
-	}
-
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, pool); err != nil || isPaused || requeue {
+	// Add the finalizer first, so that no container can exist without it.
+	if added, err := finalizers.EnsureFinalizer(ctx, r.Client, pool, infrav1.MachinePoolFinalizer); err != nil || added {
 		return ctrl.Result{}, err
 	}
 
@@ -171,6 +167,59 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		cluster:     cluster,
 		machinePool: machinePool,
 		pool:        pool,
+	}
+	return r.runPhases(ctx, s, []poolPhase{
+		wrapPhase(r.reconcileTarget, "failed to compute the pool's target image"),
+		wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
+		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
+		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
+		wrapPhase(r.reconcileScaleDown, "failed to scale down"),
+		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
+		wrapPhase(r.reconcileScaleUp, "failed to scale up"),
+		wrapPhase(r.reconcileSync, "failed to schedule the next container sync"),
+	})
+}
+
+// reconcileDeletion deletes a pool with what it can still find: the Cluster named by its
+// cluster-name label, when it is there, only so that a paused Cluster pauses the deletion too.
+func (r *DockerMachinePoolReconciler) reconcileDeletion(ctx context.Context, pool *infrav1.DockerMachinePool) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	clusterName := pool.Labels[clusterv1.ClusterNameLabel]
+	if clusterName != "" {
+		log = log.WithValues("Cluster", klog.KRef(pool.Namespace, clusterName))
+		ctx = ctrl.LoggerInto(ctx, log)
+	}
+
+	s := &poolScope{pool: pool}
+	if clusterName != "" {
+		cluster, err := util.GetClusterByName(ctx, r.Client, pool.Namespace, clusterName)
+		switch {
+		case apierrors.IsNotFound(pkgerrors.Cause(err)):
+			log.V(4).Info("Cluster is gone, deleting the pool without it")
+		case err != nil:
+			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of DockerMachinePool %s", klog.KObj(pool))
+		default:
+			s.cluster = cluster
+		}
+	}
+	return r.runPhases(ctx, s, []poolPhase{
+		wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
+		wrapPhase(r.reconcileDelete, "failed to delete the pool"),
+	})
+}
+
+// runPhases runs phases on the pool unless it is paused, then computes its status and patches it,
+// whatever the phases returned.
+func (r *DockerMachinePoolReconciler) runPhases(ctx context.Context, s *poolScope, phases []poolPhase) (_ ctrl.Result, reterr error) {
+	pool := s.pool
+	patchHelper, err := patch.NewHelper(pool, r.Client)
+	if err != nil {
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create patch helper for DockerMachinePool %s", klog.KObj(pool))
+	}
+
+	// A nil Cluster (gone, during deletion) leaves only the paused annotation to honour.
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, s.cluster, pool); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
 	}
 
 	defer func() {
@@ -196,23 +245,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		}
 	}()
 
-	if !pool.DeletionTimestamp.IsZero() {
-		return doReconcile(ctx, s, []poolPhase{
-			wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
-			wrapPhase(r.reconcileDelete, "failed to delete the pool"),
-		})
-	}
-
-	return doReconcile(ctx, s, []poolPhase{
-		wrapPhase(r.reconcileTarget, "failed to compute the pool's target image"),
-		wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
-		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
-		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
-		wrapPhase(r.reconcileScaleDown, "failed to scale down"),
-		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
-		wrapPhase(r.reconcileScaleUp, "failed to scale up"),
-		wrapPhase(r.reconcileSync, "failed to schedule the next container sync"),
-	})
+	return doReconcile(ctx, s, phases)
 }
 
 // poolPhase is one step of a DockerMachinePool reconcile.

@@ -16,16 +16,22 @@ import (
 
 // reconcileInventory lists the pool's containers (one engine call) and the objects that represent
 // them (from the cache). Containers are matched on the pool's UID, never on names, so that a pool
-// never touches a container it did not create.
+// never touches a container it did not create; DockerMachinePoolMachines on their owner reference
+// to the pool, and Machines on the DockerMachinePoolMachine they reference.
 func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	containers, err := r.Runtime.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(s.pool.UID)})
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list containers")
 	}
 
-	selector := client.MatchingLabels{
-		clusterv1.ClusterNameLabel:     s.cluster.Name,
-		clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePool.Name),
+	// The labels only narrow what is read from the cache; ownership decides. During deletion the
+	// MachinePool, and so its name label, may be gone.
+	selector := client.MatchingLabels{}
+	if name := s.clusterName(); name != "" {
+		selector[clusterv1.ClusterNameLabel] = name
+	}
+	if s.machinePool != nil {
+		selector[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(s.machinePool.Name)
 	}
 	machineList := &infrav1.DockerMachinePoolMachineList{}
 	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector); err != nil {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -30,10 +31,21 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		MachinePoolVersion:  s.machinePool.Spec.Template.Spec.Version,
 		LastAdmittedVersion: s.pool.Status.VersionGate.AdmittedVersion,
 	}
+	var unreadable []string
 	for _, i := range s.active() {
-		if v := i.version(); v != "" {
-			input.RunningVersions = append(input.RunningVersions, v)
+		v, err := i.recordedVersion()
+		if err != nil {
+			// A container whose version cannot be read runs no version the gate can judge. Running
+			// versions only widen what the gate admits while it waits, so leaving it out can only
+			// narrow that; guessing a version could admit a kubelet the skew policy forbids, and
+			// handing the label to skew.Decide (InvalidVersion) would stop every creation, even
+			// the rollout that replaces this container, over one container's label.
+			ctrl.LoggerFrom(ctx).Error(err, "Not counting container as running any version: its Kubernetes version label does not parse",
+				"container", i.name())
+			unreadable = append(unreadable, i.name())
+			continue
 		}
+		input.RunningVersions = append(input.RunningVersions, v)
 	}
 	var decision skew.Decision
 	switch {
@@ -49,6 +61,11 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 			break
 		}
 		decision = skew.Decide(input)
+	}
+	if decision.Verdict == skew.Wait && len(unreadable) > 0 {
+		// While the gate waits, running versions decide what may still be created.
+		decision.Message += fmt.Sprintf("; %s not counted as running any version: the %s label does not parse",
+			containerList(unreadable), infrav1.KubernetesVersionLabel)
 	}
 	s.decision = &decision
 
@@ -86,6 +103,18 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// containerList names a few containers, so that a condition message stays short on a big pool.
+func containerList(names []string) string {
+	const maxNames = 3
+	if len(names) == 1 {
+		return "container " + names[0]
+	}
+	if len(names) <= maxNames {
+		return "containers " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("containers %s and %d more", strings.Join(names[:maxNames], ", "), len(names)-maxNames)
 }
 
 func displayVersion(v string) string {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	pkgerrors "github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -15,6 +16,8 @@ import (
 
 // poolScope is what one reconcile of a DockerMachinePool knows; phases fill it in order.
 type poolScope struct {
+	// cluster and machinePool are always set on a normal reconcile; during deletion either may be
+	// nil, as deletion must not wait for objects that may already be gone.
 	cluster     *clusterv1.Cluster
 	machinePool *clusterv1.MachinePool
 	pool        *infrav1.DockerMachinePool
@@ -66,13 +69,37 @@ type creationPlan struct {
 
 func (i *instance) name() string { return i.container.Name }
 
-// version is the Kubernetes version the container runs, as recorded on it.
+// clusterName is the name of the pool's Cluster, from the Cluster or, when it is gone, from the
+// pool's cluster-name label; empty when neither says.
+func (s *poolScope) clusterName() string {
+	if s.cluster != nil {
+		return s.cluster.Name
+	}
+	return s.pool.Labels[clusterv1.ClusterNameLabel]
+}
+
+// version is the Kubernetes version the container runs, as recorded on it, for status, logs and
+// events; empty when the label is missing or does not parse. The gate uses recordedVersion, which
+// says why.
 func (i *instance) version() string {
-	v, err := skew.VersionFromLabelValue(i.container.Labels[infrav1.KubernetesVersionLabel])
+	v, err := i.recordedVersion()
 	if err != nil {
 		return ""
 	}
 	return v
+}
+
+// recordedVersion reads the Kubernetes version recorded on the container, in canonical form.
+func (i *instance) recordedVersion() (string, error) {
+	value, ok := i.container.Labels[infrav1.KubernetesVersionLabel]
+	if !ok {
+		return "", pkgerrors.Errorf("container %s has no %s label", i.name(), infrav1.KubernetesVersionLabel)
+	}
+	v, err := skew.VersionFromLabelValue(value)
+	if err != nil {
+		return "", pkgerrors.Wrapf(err, "label %s of container %s", infrav1.KubernetesVersionLabel, i.name())
+	}
+	return v, nil
 }
 
 // ready is true when the container runs and has been bootstrapped.

@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -14,13 +16,16 @@ import (
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
-// poolsOfCluster returns a request for every DockerMachinePool of a Cluster.
+// poolsOfCluster returns a request for every DockerMachinePool of a Cluster. A map function cannot
+// return an error, so a failed List is logged: the event is lost, and the log says why a pool
+// did not react to it.
 func (r *DockerMachinePoolReconciler) poolsOfCluster(ctx context.Context, namespace, clusterName string) []reconcile.Request {
 	if clusterName == "" {
 		return nil
 	}
 	pools := &infrav1.DockerMachinePoolList{}
 	if err := r.Client.List(ctx, pools, client.InNamespace(namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list DockerMachinePools to reconcile for the Cluster", "Cluster", klog.KRef(namespace, clusterName))
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(pools.Items))

@@ -1,0 +1,162 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// TestVersionGateUnreadableVersionLabel is what the gate sees of containers whose Kubernetes
+// version label is missing or does not parse (issue 15, item 9): they count as running no version,
+// so they admit nothing and close nothing, and they are reported instead of silently dropped.
+func TestVersionGateUnreadableVersionLabel(t *testing.T) {
+	tests := []struct {
+		name string
+		// controlPlane is the control plane's version; the target is always v1.31.0.
+		controlPlane string
+		// labels are the version labels of the pool's containers; nil means no label at all.
+		labels []*string
+		// lastAdmitted is status.versionGate.admittedVersion.
+		lastAdmitted string
+
+		wantVerdict  skew.Verdict
+		wantReason   skew.Reason
+		wantAdmitted []string
+		// wantReported are the containers named in the condition message and the log.
+		wantReported []string
+		// wantLogged is whether unreadable labels are logged even when the message does not change.
+		wantLogged bool
+	}{
+		{
+			name:         "readable labels are running versions",
+			controlPlane: "v1.30.0",
+			labels:       []*string{ptr.To("v1.30.0"), ptr.To("v1.29.3")},
+			wantVerdict:  skew.Wait,
+			wantReason:   skew.ControlPlaneOlder,
+			wantAdmitted: []string{"v1.29.3", "v1.30.0"},
+		},
+		{
+			name:         "build metadata is read back from the label form",
+			controlPlane: "v1.30.0",
+			labels:       []*string{ptr.To("v1.30.0_k3s1")},
+			wantVerdict:  skew.Wait,
+			wantReason:   skew.ControlPlaneOlder,
+			wantAdmitted: []string{"v1.30.0+k3s1"},
+		},
+		{
+			name:         "a label that does not parse counts as no version, not as invalid input",
+			controlPlane: "v1.30.0",
+			labels:       []*string{ptr.To("v1.30.0"), ptr.To("banana")},
+			wantVerdict:  skew.Wait,
+			wantReason:   skew.ControlPlaneOlder,
+			wantAdmitted: []string{"v1.30.0"},
+			wantReported: []string{"c-1"},
+			wantLogged:   true,
+		},
+		{
+			name:         "a missing label counts as no version",
+			controlPlane: "v1.30.0",
+			labels:       []*string{nil},
+			lastAdmitted: "v1.30.0",
+			wantVerdict:  skew.Wait,
+			wantReason:   skew.ControlPlaneOlder,
+			wantAdmitted: []string{"v1.30.0"},
+			wantReported: []string{"c-0"},
+			wantLogged:   true,
+		},
+		{
+			name:         "a label with \"+\" cannot have been written by the controller",
+			controlPlane: "v1.30.0",
+			labels:       []*string{ptr.To("v1.30.0+k3s1")},
+			wantVerdict:  skew.Wait,
+			wantReason:   skew.ControlPlaneOlder,
+			wantReported: []string{"c-0"},
+			wantLogged:   true,
+		},
+		{
+			name:         "admitted target: logged, the condition is not about the running versions",
+			controlPlane: "v1.31.0",
+			labels:       []*string{ptr.To("v1.31.0"), ptr.To("1.31")},
+			wantVerdict:  skew.Proceed,
+			wantReason:   skew.Admitted,
+			wantAdmitted: []string{"v1.31.0"},
+			wantLogged:   true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+
+			objs := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: "v1.31.0"}.objects()
+			r, _ := newTestReconciler(g, objs, fakeruntime.New())
+			s := &poolScope{
+				cluster:       &clusterv1.Cluster{},
+				machinePool:   &clusterv1.MachinePool{},
+				pool:          &infrav1.DockerMachinePool{},
+				targetVersion: "v1.31.0",
+				targetImage:   image(g, "v1.31.0"),
+			}
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testCluster}, s.cluster)).To(Succeed())
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: "mp"}, s.machinePool)).To(Succeed())
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, s.pool)).To(Succeed())
+			s.pool.Status.VersionGate.AdmittedVersion = tt.lastAdmitted
+			for i, label := range tt.labels {
+				c := nodeContainer(g, "c-"+itoa(i), "v1.30.0", time.Now())
+				delete(c.Labels, infrav1.KubernetesVersionLabel)
+				if label != nil {
+					c.Labels[infrav1.KubernetesVersionLabel] = *label
+				}
+				s.instances = append(s.instances, &instance{container: c})
+			}
+			logs := &logRecorder{}
+			ctx = ctrl.LoggerInto(ctx, logs.logger())
+
+			_, err := r.reconcileVersionGate(ctx, s)
+			g.Expect(err).ToNot(HaveOccurred())
+
+			g.Expect(s.decision).ToNot(BeNil())
+			g.Expect(s.decision.Verdict).To(Equal(tt.wantVerdict), s.decision.Message)
+			g.Expect(s.decision.Reason).To(Equal(tt.wantReason), s.decision.Message)
+			g.Expect(s.decision.AdmittedVersions).To(Equal(tt.wantAdmitted))
+
+			gate := conditions.Get(s.pool, infrav1.VersionSkewCondition)
+			g.Expect(gate).ToNot(BeNil())
+			g.Expect(gate.Reason).To(Equal(string(tt.wantReason)))
+			if len(tt.wantReported) == 0 {
+				g.Expect(gate.Message).ToNot(ContainSubstring(infrav1.KubernetesVersionLabel))
+			}
+			for _, name := range tt.wantReported {
+				g.Expect(gate.Message).To(ContainSubstring(name))
+				g.Expect(gate.Message).To(ContainSubstring("not counted as running any version"))
+			}
+
+			var unreadable []string
+			for _, line := range logs.all() {
+				if strings.Contains(line, "version label") {
+					unreadable = append(unreadable, line)
+				}
+			}
+			if !tt.wantLogged {
+				g.Expect(unreadable).To(BeEmpty())
+				return
+			}
+			g.Expect(unreadable).ToNot(BeEmpty())
+			for _, name := range tt.wantReported {
+				g.Expect(unreadable).To(ContainElement(ContainSubstring(`"container"="` + name + `"`)))
+			}
+		})
+	}
+}

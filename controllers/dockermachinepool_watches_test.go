@@ -1,0 +1,123 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/test/builder"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+)
+
+// logRecorder is a logr sink that keeps every line, so that a test can assert what was logged.
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logRecorder) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 10})
+}
+
+func (l *logRecorder) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// TestPoolsOfClusterListError checks that the map functions, which cannot return an error, log a
+// failed List instead of dropping it (issue 15, item 9).
+func TestPoolsOfClusterListError(t *testing.T) {
+	controlPlane := &unstructured.Unstructured{}
+	controlPlane.SetGroupVersionKind(builder.ControlPlaneGroupVersion.WithKind(builder.GenericControlPlaneKind))
+	controlPlane.SetNamespace(testNamespace)
+	controlPlane.SetName("cp")
+	controlPlane.SetLabels(map[string]string{clusterv1.ClusterNameLabel: testCluster})
+	dataSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+		Namespace: testNamespace, Name: "mp-data", Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster},
+	}}
+	pool := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{
+		Namespace: testNamespace, Name: testPool, Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster},
+	}}
+
+	tests := []struct {
+		name      string
+		mapFunc   func(*DockerMachinePoolReconciler, context.Context, client.Object) []reconcile.Request
+		obj       client.Object
+		listFails bool
+		want      []reconcile.Request
+	}{
+		{
+			name:    "control plane: the pools of its Cluster",
+			mapFunc: (*DockerMachinePoolReconciler).controlPlaneToPools,
+			obj:     controlPlane,
+			want:    []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}}},
+		},
+		{
+			name:      "control plane: List fails",
+			mapFunc:   (*DockerMachinePoolReconciler).controlPlaneToPools,
+			obj:       controlPlane,
+			listFails: true,
+		},
+		{
+			name:    "bootstrap data Secret: the pools of its Cluster",
+			mapFunc: (*DockerMachinePoolReconciler).bootstrapSecretToPools,
+			obj:     dataSecret,
+			want:    []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}}},
+		},
+		{
+			name:      "bootstrap data Secret: List fails",
+			mapFunc:   (*DockerMachinePoolReconciler).bootstrapSecretToPools,
+			obj:       dataSecret,
+			listFails: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+
+			clientBuilder := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(pool.DeepCopy())
+			if tt.listFails {
+				clientBuilder = clientBuilder.WithInterceptorFuncs(interceptor.Funcs{
+					List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+						return errors.New("cache not synced")
+					},
+				})
+			}
+			r := &DockerMachinePoolReconciler{Client: clientBuilder.Build()}
+			logs := &logRecorder{}
+			ctx := ctrl.LoggerInto(context.Background(), logs.logger())
+
+			got := tt.mapFunc(r, ctx, tt.obj)
+
+			g.Expect(got).To(Equal(tt.want))
+			if !tt.listFails {
+				g.Expect(logs.all()).To(BeEmpty())
+				return
+			}
+			g.Expect(logs.all()).To(HaveLen(1))
+			line := logs.all()[0]
+			g.Expect(line).To(ContainSubstring(`"msg"="Failed to list DockerMachinePools`))
+			g.Expect(line).To(ContainSubstring(`"error"="cache not synced"`))
+			g.Expect(line).To(ContainSubstring(`"Cluster"={"name"="` + testCluster + `" "namespace"="` + testNamespace + `"}`))
+		})
+	}
+}
