@@ -33,7 +33,7 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 	}
 	var unreadable []string
 	for _, i := range s.active() {
-		v, err := i.recordedVersion()
+		v, err := i.runningVersion()
 		if err != nil {
 			// A container whose version cannot be read runs no version the gate can judge. Running
 			// versions only widen what the gate admits while it waits, so leaving it out can only

@@ -30,6 +30,9 @@ func TestVersionGateUnreadableVersionLabel(t *testing.T) {
 		labels []*string
 		// lastAdmitted is status.versionGate.admittedVersion.
 		lastAdmitted string
+		// kubelets are the kubeletVersions the containers' machines recorded from their Nodes,
+		// by index; "" for none.
+		kubelets []string
 
 		wantVerdict  skew.Verdict
 		wantReason   skew.Reason
@@ -86,6 +89,15 @@ func TestVersionGateUnreadableVersionLabel(t *testing.T) {
 			wantLogged:   true,
 		},
 		{
+			name:         "a Node whose kubelet is not the image's label counts with the kubelet's version",
+			controlPlane: "v1.30.0",
+			labels:       []*string{ptr.To("v1.30.0"), ptr.To("v1.30.0")},
+			kubelets:     []string{"", "v1.29.3"},
+			wantVerdict:  skew.Wait,
+			wantReason:   skew.ControlPlaneOlder,
+			wantAdmitted: []string{"v1.29.3", "v1.30.0"},
+		},
+		{
 			name:         "admitted target: logged, the condition is not about the running versions",
 			controlPlane: "v1.31.0",
 			labels:       []*string{ptr.To("v1.31.0"), ptr.To("1.31")},
@@ -119,7 +131,11 @@ func TestVersionGateUnreadableVersionLabel(t *testing.T) {
 				if label != nil {
 					c.Labels[infrav1.KubernetesVersionLabel] = *label
 				}
-				s.instances = append(s.instances, &instance{container: c})
+				inst := &instance{container: c}
+				if i < len(tt.kubelets) && tt.kubelets[i] != "" {
+					inst.machine = &infrav1.DockerMachinePoolMachine{Status: infrav1.DockerMachinePoolMachineStatus{NodeKubeletVersion: tt.kubelets[i]}}
+				}
+				s.instances = append(s.instances, inst)
 			}
 			logs := &logRecorder{}
 			ctx = ctrl.LoggerInto(ctx, logs.logger())

@@ -89,6 +89,17 @@ func (i *instance) version() string {
 	return v
 }
 
+// runningVersion is the version the gate counts for the container: its Node's kubelet, once the
+// machine recorded it, else the version recorded on the container.
+func (i *instance) runningVersion() (string, error) {
+	if i.machine != nil && i.machine.Status.NodeKubeletVersion != "" {
+		if v, err := skew.CanonicalVersion(i.machine.Status.NodeKubeletVersion); err == nil {
+			return v, nil
+		}
+	}
+	return i.recordedVersion()
+}
+
 // recordedVersion reads the Kubernetes version recorded on the container, in canonical form.
 func (i *instance) recordedVersion() (string, error) {
 	value, ok := i.container.Labels[infrav1.KubernetesVersionLabel]
