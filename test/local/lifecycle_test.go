@@ -2,11 +2,14 @@ package local
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,7 +49,9 @@ func TestPoolLifecycle(t *testing.T) {
 	g.Expect(pool.Status.ObservedGeneration).To(Equal(pool.Generation))
 	g.Expect(conditions.Get(pool, infrav1.ReplicasReadyCondition).Reason).To(Equal(infrav1.ReplicasReadyReason), "never stuck in ScalingUp")
 
-	t.Logf("engine calls per no-change reconcile: %d", noChangeReconcileCalls(t, c))
+	calls := noChangeReconcileCalls(t, c)
+	t.Logf("engine calls per no-change reconcile: %d", calls)
+	g.Expect(calls).To(BeEquivalentTo(1), "a no-change reconcile makes one engine call, a List")
 
 	c.setReplicas(1)
 	c.waitForReady(1, v131, time.Minute)
@@ -83,14 +88,25 @@ func TestDeleteOneMachine(t *testing.T) {
 		g.Expect(mgmt.List(ctx, machines, client.InNamespace(c.namespace))).To(Succeed())
 		g.Expect(machines.Items).To(HaveLen(3))
 	}, 30*time.Second, 250*time.Millisecond).Should(Succeed())
-	marked := machines.Items[1]
+	// Mark the oldest container's Machine: without the annotation a scale-down removes the
+	// newest, so only the annotation can make this one go.
+	containers := c.containers()
+	oldest := slices.MinFunc(containers, func(a, b container.Container) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	newest := slices.MaxFunc(containers, func(a, b container.Container) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	g.Expect(oldest.CreatedAt.Before(newest.CreatedAt)).To(BeTrue(), "containers created one after another")
+	i := slices.IndexFunc(machines.Items, func(m clusterv1.Machine) bool { return m.Spec.InfrastructureRef.Name == oldest.Name })
+	g.Expect(i).ToNot(Equal(-1), "the Machine of container %s", oldest.Name)
+	marked := machines.Items[i]
 	g.Expect(mgmt.Patch(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: marked.Namespace, Name: marked.Name,
 		Annotations: map[string]string{clusterv1.DeleteMachineAnnotation: ""}}}, client.Merge)).To(Succeed())
 	c.setReplicas(2)
 	c.waitForReady(2, v131, time.Minute)
+	var names []string
 	for _, ct := range c.containers() {
-		g.Expect(ct.Name).ToNot(Equal(marked.Spec.InfrastructureRef.Name), "the marked machine goes first")
+		names = append(names, ct.Name)
 	}
+	g.Expect(names).ToNot(ContainElement(oldest.Name), "the marked machine goes first")
+	g.Expect(names).To(ContainElement(newest.Name), "the newest stays: the default order did not pick")
 
 	// Deleting a Machine outright: Cluster API drains and deletes it, the pool replaces it.
 	victim := c.containers()[0].Name
@@ -169,7 +185,33 @@ func TestPoolDeletion(t *testing.T) {
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2})
 	c.waitForReady(2, v131, 2*time.Minute)
 	pool := c.pool()
+
+	// With the controllers stopped, one container loses its DockerMachinePoolMachine (finalizer
+	// removed, object deleted) and the MachinePool is deleted: the pool's deletion then finds a
+	// container that no object stands for.
+	managerStop()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			g.Expect(startManager()).To(Succeed())
+		}
+	})
+	orphan := c.containers()[0].Name
+	dmpm := &infrav1.DockerMachinePoolMachine{}
+	g.Expect(mgmt.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: orphan}, dmpm)).To(Succeed())
+	g.Expect(mgmt.Patch(ctx, dmpm, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`)))).To(Succeed())
+	g.Expect(mgmt.Delete(ctx, dmpm)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(mgmt.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: orphan}, &infrav1.DockerMachinePoolMachine{}))
+	}, 10*time.Second, 100*time.Millisecond).Should(BeTrue())
+	g.Expect(c.containers()).To(ContainElement(HaveField("Name", orphan)), "the container outlives its object")
+	// As the MachinePool's deletion would, before a restarted pool controller could give the
+	// container a new object.
 	g.Expect(mgmt.Delete(ctx, c.machinePool())).To(Succeed())
+	g.Expect(mgmt.Delete(ctx, c.pool())).To(Succeed())
+	g.Expect(startManager()).To(Succeed())
+	restarted = true
+
 	g.Eventually(func(g Gomega) {
 		list, err := engine.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(pool.UID)})
 		g.Expect(err).ToNot(HaveOccurred())

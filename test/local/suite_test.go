@@ -145,7 +145,7 @@ func startManager() error {
 		func() error {
 			return (&controllers.DockerMachinePoolReconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,
-				Network: container.HostNetwork, ContainerSyncPeriod: 2 * time.Second,
+				Network: container.HostNetwork, ContainerSyncPeriod: containerSyncPeriod,
 			}).SetupWithManager(ctx, mgr, opts)
 		},
 		func() error {
@@ -167,6 +167,22 @@ func startManager() error {
 	}()
 	managerStop = func() { cancel(); <-done }
 	return nil
+}
+
+// containerSyncPeriod is the pool's re-list period of the next manager started: short, so that
+// tests which remove containers by hand see them replaced quickly. withLongSyncPeriod lengthens it.
+var containerSyncPeriod = 2 * time.Second
+
+// withLongSyncPeriod restarts the manager with a container sync period longer than the test, so
+// that only watches (the control plane's, the Machines') can drive the pool, and restores it after.
+func withLongSyncPeriod(t *testing.T) {
+	t.Helper()
+	containerSyncPeriod = time.Hour
+	restartManager(t)
+	t.Cleanup(func() {
+		containerSyncPeriod = 2 * time.Second
+		restartManager(t)
+	})
 }
 
 // restartManager stops the manager and starts a new one, as a controller restart would.
