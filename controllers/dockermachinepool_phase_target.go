@@ -32,6 +32,8 @@ func (r *DockerMachinePoolReconciler) reconcileTarget(_ context.Context, s *pool
 }
 
 // targetOf returns the image the pool would create now and the Kubernetes version its tag names.
+// The version is read by nodeimage.VersionOfImage, the check the webhook applies to customImage,
+// so that the two never disagree on an image.
 func targetOf(s *poolScope) (image, version string, err error) {
 	image, err = nodeimage.ImageForVersion(s.machinePool.Spec.Template.Spec.Version, s.pool.Spec.Template.CustomImage)
 	if err != nil {
@@ -39,10 +41,6 @@ func targetOf(s *poolScope) (image, version string, err error) {
 	}
 	version, err = nodeimage.VersionOfImage(image)
 	if err != nil {
-		return "", "", err
-	}
-	// A version that cannot be a label value cannot be recorded: the gate would not see it.
-	if _, err := skew.VersionLabelValue(version); err != nil {
 		return "", "", err
 	}
 	return image, version, nil
