@@ -9,7 +9,9 @@ import (
 type DockerMachinePoolMachineTemplate struct {
 	// customImage is the node image of the pool's containers. When empty, the kindest/node image
 	// of the MachinePool's version is used. Its tag must be the Kubernetes version it runs
-	// (vX.Y.Z), because the version-skew gate reads the version from it. Images are never pulled.
+	// (vX.Y.Z), because the version-skew gate reads the version from it; when set, the
+	// MachinePool's version may be empty, and when both are set they must agree. Images are never
+	// pulled.
 	// The validating webhook checks the reference and its tag with the rule the controller reads
 	// them by; the schema has no pattern, so that there is one rule and not two that drift.
 	// +optional

@@ -15,19 +15,23 @@ import (
 // ImageForVersion returns the node image for a Kubernetes version: customImage when it is set,
 // else the kindest/node image Cluster API maps the version to, referenced by tag.
 //
+// With customImage set the version is not read and may be empty: the image's tag is the version
+// (VersionOfImage), and the version-skew gate compares a MachinePool version, when there is one,
+// with it.
+//
 // Cluster API pins the images kind published by registry digest; CAPDMP drops the digest because
 // it never pulls: an image is on the engine already, built or loaded (`kind load`, `docker load`,
 // the stub and real node images of this repository), and a loaded image has no registry digest,
 // so the pinned reference would not find it. PinnedImageForVersion gives the pinned reference,
 // to pull the image onto the engine beforehand.
 func ImageForVersion(version, customImage string) (string, error) {
-	v, err := skew.ParseVersion(version)
-	if err != nil {
-		return "", fmt.Errorf("invalid Kubernetes version %q: %w", version, err)
-	}
 	if customImage != "" {
 		// VersionOfImage checks it: the reference and its tag are one rule.
 		return customImage, nil
+	}
+	v, err := skew.ParseVersion(version)
+	if err != nil {
+		return "", fmt.Errorf("invalid Kubernetes version %q: %w", version, err)
 	}
 	pinned := kind.GetMapping(v, "").Image
 	named, err := reference.ParseNormalizedNamed(pinned)

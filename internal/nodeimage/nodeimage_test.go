@@ -25,6 +25,7 @@ func TestImageForVersion(t *testing.T) {
 		{name: "pre-release", version: "v1.38.0-alpha.1", want: "kindest/node:v1.38.0-alpha.1"},
 		{name: "build metadata is written with _", version: "v1.36.3+capdmp.1", want: "kindest/node:v1.36.3_capdmp.1"},
 		{name: "a custom image wins", version: "v1.36.3", customImage: "capdmp.local/node:v1.36.3", want: "capdmp.local/node:v1.36.3"},
+		{name: "a custom image needs no version", version: "", customImage: "capdmp.local/node:v1.36.3", want: "capdmp.local/node:v1.36.3"},
 		{name: "a custom image with a registry port", version: "v1.36.3", customImage: "localhost:5000/node:v1.36.3", want: "localhost:5000/node:v1.36.3"},
 		{name: "an invalid version", version: "one.two", wantErr: `invalid Kubernetes version "one.two"`},
 		{name: "major.minor only: no guessed patch", version: "v1.37", wantErr: `invalid Kubernetes version "v1.37"`},
