@@ -215,6 +215,7 @@ func TestDockerMachinePoolGate(t *testing.T) {
 		wantVersions      []string
 		wantGate          metav1.ConditionStatus
 		wantGateReason    string
+		wantGateMessage   string // a substring of the gate's message
 		wantCreatedReason string
 		wantPoolLabel     string
 	}{
@@ -271,6 +272,30 @@ func TestDockerMachinePoolGate(t *testing.T) {
 			wantPoolLabel:     "v1.32.0",
 		},
 		{
+			// Cluster API leaves the MachinePool's version optional; the image's tag says it.
+			name:          "custom image, MachinePool without a version: the image's version is the target",
+			world:         world{controlPlaneVersions: []string{"v1.31.0"}, customImage: "kindest/node:v1.31.0", replicas: 2, dataSecret: true},
+			wantVersions:  []string{"v1.31.0", "v1.31.0"},
+			wantGate:      metav1.ConditionTrue,
+			wantPoolLabel: "v1.31.0",
+		},
+		{
+			name:              "custom image newer than the control plane, MachinePool without a version: the gate still holds",
+			world:             world{controlPlaneVersions: []string{"v1.30.0"}, customImage: "kindest/node:v1.31.0", replicas: 1, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.ControlPlaneOlder),
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+			wantPoolLabel:     "v1.31.0",
+		},
+		{
+			name:              "neither a MachinePool version nor a custom image: says which fields to set",
+			world:             world{controlPlaneVersions: []string{"v1.31.0"}, replicas: 1, dataSecret: true},
+			wantGate:          metav1.ConditionFalse,
+			wantGateReason:    string(skew.InvalidVersion),
+			wantGateMessage:   "set the MachinePool's spec.template.spec.version or the DockerMachinePool's spec.template.customImage",
+			wantCreatedReason: infrav1.WaitingForVersionGateReason,
+		},
+		{
 			name:              "control plane not initialized",
 			world:             world{machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true},
 			wantGate:          metav1.ConditionFalse,
@@ -323,6 +348,9 @@ func TestDockerMachinePoolGate(t *testing.T) {
 				g.Expect(gate.Reason).To(Equal(tt.wantGateReason))
 				g.Expect(pool.Status.VersionGate.WaitingReason).To(Equal(tt.wantGateReason))
 				g.Expect(pool.Status.VersionGate.WaitingSince).ToNot(BeNil())
+			}
+			if tt.wantGateMessage != "" {
+				g.Expect(gate.Message).To(ContainSubstring(tt.wantGateMessage))
 			}
 			if tt.wantCreatedReason != "" {
 				created := conditions.Get(pool, infrav1.MachinesCreatedCondition)

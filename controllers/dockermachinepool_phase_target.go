@@ -32,17 +32,23 @@ func (r *DockerMachinePoolReconciler) reconcileTarget(_ context.Context, s *pool
 }
 
 // targetOf returns the image the pool would create now and the Kubernetes version its tag names.
+// The version is read by nodeimage.VersionOfImage, the check the webhook applies to customImage,
+// so that the two never disagree on an image.
+//
+// The MachinePool's version is optional in Cluster API and in the gate: with customImage set, the
+// image's tag is the target and the MachinePool's version, if any, is only compared with it
+// (VersionMismatch). Without either there is no image to choose.
 func targetOf(s *poolScope) (image, version string, err error) {
-	image, err = nodeimage.ImageForVersion(s.machinePool.Spec.Template.Spec.Version, s.pool.Spec.Template.CustomImage)
+	machinePoolVersion, customImage := s.machinePool.Spec.Template.Spec.Version, s.pool.Spec.Template.CustomImage
+	if machinePoolVersion == "" && customImage == "" {
+		return "", "", pkgerrors.New("cannot choose the node image: set the MachinePool's spec.template.spec.version or the DockerMachinePool's spec.template.customImage")
+	}
+	image, err = nodeimage.ImageForVersion(machinePoolVersion, customImage)
 	if err != nil {
 		return "", "", pkgerrors.Wrap(err, "cannot choose the node image")
 	}
 	version, err = nodeimage.VersionOfImage(image)
 	if err != nil {
-		return "", "", err
-	}
-	// A version that cannot be a label value cannot be recorded: the gate would not see it.
-	if _, err := skew.VersionLabelValue(version); err != nil {
 		return "", "", err
 	}
 	return image, version, nil

@@ -9,11 +9,14 @@ import (
 type DockerMachinePoolMachineTemplate struct {
 	// customImage is the node image of the pool's containers. When empty, the kindest/node image
 	// of the MachinePool's version is used. Its tag must be the Kubernetes version it runs
-	// (vX.Y.Z), because the version-skew gate reads the version from it. Images are never pulled.
+	// (vX.Y.Z), because the version-skew gate reads the version from it; when set, the
+	// MachinePool's version may be empty, and when both are set they must agree. Images are never
+	// pulled.
+	// The validating webhook checks the reference and its tag with the rule the controller reads
+	// them by; the schema has no pattern, so that there is one rule and not two that drift.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`
 	CustomImage string `json:"customImage,omitempty"`
 
 	// preLoadImages are images, already present on the Docker engine, loaded into each new

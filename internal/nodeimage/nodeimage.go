@@ -5,16 +5,19 @@ package nodeimage
 
 import (
 	"fmt"
-	"strings"
 
-	"github.com/blang/semver/v4"
 	"github.com/distribution/reference"
-
 	"sigs.k8s.io/cluster-api/test/infrastructure/kind"
+
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // ImageForVersion returns the node image for a Kubernetes version: customImage when it is set,
 // else the kindest/node image Cluster API maps the version to, referenced by tag.
+//
+// With customImage set the version is not read and may be empty: the image's tag is the version
+// (VersionOfImage), and the version-skew gate compares a MachinePool version, when there is one,
+// with it.
 //
 // Cluster API pins the images kind published by registry digest; CAPDMP drops the digest because
 // it never pulls: an image is on the engine already, built or loaded (`kind load`, `docker load`,
@@ -22,15 +25,13 @@ import (
 // so the pinned reference would not find it. PinnedImageForVersion gives the pinned reference,
 // to pull the image onto the engine beforehand.
 func ImageForVersion(version, customImage string) (string, error) {
-	v, err := semver.ParseTolerant(version)
+	if customImage != "" {
+		// VersionOfImage checks it: the reference and its tag are one rule.
+		return customImage, nil
+	}
+	v, err := skew.ParseVersion(version)
 	if err != nil {
 		return "", fmt.Errorf("invalid Kubernetes version %q: %w", version, err)
-	}
-	if customImage != "" {
-		if _, err := reference.ParseNormalizedNamed(customImage); err != nil {
-			return "", fmt.Errorf("invalid custom image %q: %w", customImage, err)
-		}
-		return customImage, nil
 	}
 	pinned := kind.GetMapping(v, "").Image
 	named, err := reference.ParseNormalizedNamed(pinned)
@@ -52,7 +53,7 @@ func ImageForVersion(version, customImage string) (string, error) {
 // mapping has it: pinned by digest for the versions kind published (what `docker pull` should
 // fetch before CAPDMP can use the image), by tag for the others.
 func PinnedImageForVersion(version string) (string, error) {
-	v, err := semver.ParseTolerant(version)
+	v, err := skew.ParseVersion(version)
 	if err != nil {
 		return "", fmt.Errorf("invalid Kubernetes version %q: %w", version, err)
 	}
@@ -60,33 +61,24 @@ func PinnedImageForVersion(version string) (string, error) {
 }
 
 // VersionOfImage returns the Kubernetes version a node image runs, read from its tag: "v1.36.3"
-// for "registry:5000/kindest/node:v1.36.3@sha256:...". An image without a tag, or whose tag is not
-// vX.Y.Z (with semver's pre-release, and build metadata written with "_" as OCI tags require),
-// is an error: the version cannot be told, and "latest" could be any.
+// for "registry:5000/kindest/node:v1.36.3@sha256:...". It is the one check of a node image that
+// the controller (the pool's target) and the webhook (customImage) share, so that an image the
+// webhook admits is always one the gate can read.
+//
+// Which tags name a version is pkg/skew's rule (skew.VersionFromImageTag: vX.Y.Z, build metadata
+// after "_", a reference an engine accepts), the one other providers import. On top of it the
+// version must fit in a label value, because CAPDMP records it under
+// infrastructure.capdmp.dev/kubernetes-version and the gate reads running versions back from there.
 func VersionOfImage(image string) (string, error) {
 	if image == "" {
 		return "", fmt.Errorf("no node image: set one tagged with its Kubernetes version (vX.Y.Z)")
 	}
-	named, err := reference.ParseNormalizedNamed(image)
+	version, err := skew.VersionFromImageTag(image)
 	if err != nil {
-		return "", fmt.Errorf("invalid node image %q: %w", image, err)
+		return "", err
 	}
-	tagged, ok := named.(reference.Tagged)
-	if !ok {
-		return "", fmt.Errorf("node image %q has no tag: tag it with the Kubernetes version it runs (vX.Y.Z), e.g. kindest/node:v1.36.3", image)
+	if _, err := skew.VersionLabelValue(version); err != nil {
+		return "", fmt.Errorf("node image %q: %w", image, err)
 	}
-	tag := tagged.Tag()
-	if !strings.HasPrefix(tag, "v") {
-		return "", notAVersion(image, tag)
-	}
-	// OCI tags cannot hold "+"; Cluster API writes semver build metadata with "_" instead.
-	v, err := semver.Parse(strings.ReplaceAll(strings.TrimPrefix(tag, "v"), "_", "+"))
-	if err != nil {
-		return "", notAVersion(image, tag)
-	}
-	return "v" + v.String(), nil
-}
-
-func notAVersion(image, tag string) error {
-	return fmt.Errorf("the tag %q of node image %q is not a Kubernetes version: use a vX.Y.Z tag, e.g. kindest/node:v1.36.3", tag, image)
+	return version, nil
 }

@@ -36,7 +36,8 @@
 // # Versions
 //
 // Versions are semantic versions with or without a leading "v" (ParseVersion); anything else is
-// an error, never a guess. Order is semver order: a pre-release sorts before its release
+// an error, never a guess. Image tags are stricter: VersionFromImageTag requires the "v", as
+// Kubernetes tags its images, because "1.33.1" on an image often versions something else. Order is semver order: a pre-release sorts before its release
 // (v1.37.0-beta.0 < v1.37.0) and build metadata is ignored for ordering, but not for equality
 // (v1.33.1+k3s1 and v1.33.1 are different builds). Image tags and label values, which cannot hold
 // "+", write build metadata after "_" (VersionFromImageTag, VersionLabelValue).

@@ -92,7 +92,7 @@ func ExampleVersionFromImageTag() {
 		"kindest/node:v1.33.1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 		"localhost:5000/kindest/node:v1.34.0-rc.1",
 		"localhost:5000/kindest/node",
-		"kindest/node:latest",
+		"registry.example:443/node:1.33.1",
 	} {
 		version, err := skew.VersionFromImageTag(image)
 		if err != nil {
@@ -105,7 +105,7 @@ func ExampleVersionFromImageTag() {
 	// v1.33.1
 	// v1.34.0-rc.1
 	// Error: image "localhost:5000/kindest/node" has no tag: the Kubernetes version is read from the tag
-	// Error: tag of image "kindest/node:latest": "latest" is not a Kubernetes version (expected v<major>.<minor>.<patch>[-pre-release][+build]): No Major.Minor.Patch elements found
+	// Error: tag "1.33.1" of image "registry.example:443/node:1.33.1" is not a Kubernetes version: expected v<major>.<minor>.<patch>, as kindest/node tags are
 }
 
 // Before creating an instance at v1.30.14 with bootstrap data rendered for the MachinePool's

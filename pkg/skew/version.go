@@ -80,44 +80,85 @@ const (
 	namePattern            = `(?:` + domainPattern + `/)?` + pathComponentPattern + `(?:/` + pathComponentPattern + `)*`
 	tagPattern             = `[\w][\w.-]{0,127}`
 	digestPattern          = `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`
-	maxImageNameLength     = 255
+	maxRepositoryPathLen   = 255
 )
 
 var imageReference = regexp.MustCompile(`^(` + namePattern + `)(?::(` + tagPattern + `))?(?:@(` + digestPattern + `))?$`)
 
-// digestLengths are the hex lengths of the digest algorithms registered by the OCI image spec.
-var digestLengths = map[string]int{"sha256": 64, "sha512": 128}
+// digestLengths are the hex lengths of the digest algorithms a container engine verifies
+// (github.com/opencontainers/go-digest). The grammar allows any algorithm, but an engine refuses
+// a reference with another one, so a node image cannot use it.
+var digestLengths = map[string]int{"sha256": 64, "sha384": 96, "sha512": 128}
 
 // VersionFromImageTag returns, in canonical form, the Kubernetes version named by the tag of a
 // node image reference such as "kindest/node:v1.33.1",
-// "localhost:5000/kindest/node:v1.33.1@sha256:<64 hex>" or "registry.example:443/node:1.33.1".
+// "localhost:5000/kindest/node:v1.33.1@sha256:<64 hex>" or "registry.example:443/node:v1.33.1".
 //
-// The reference must be valid for the OCI distribution grammar and carry a tag; the tag must be a
-// Kubernetes version, with "_" standing for "+" as in kubeadm's image tags
-// ("v1.33.1_k3s1" is v1.33.1+k3s1). A digest alone says nothing about the version and is an error,
-// as are a registry port mistaken for a tag ("localhost:5000/kindest/node") and any tag that is not
-// a version ("latest").
+// The tag must be "v" followed by a semantic version, with "_" standing for "+" as in kubeadm's
+// image tags ("v1.33.1_k3s1" is v1.33.1+k3s1). The "v" is required although ParseVersion accepts
+// a version without it: Kubernetes tags its images that way (kindest/node, registry.k8s.io), and
+// a bare "1.33.1" is more often the version of something else (a distribution, an image build)
+// than of the kubelet inside; a gate that guessed could admit the wrong kubelet.
+//
+// The reference must be one a container engine accepts: the OCI distribution grammar, a
+// repository path of at most 255 characters as the engine stores it (Docker Hub names under
+// "library/"), and a digest, if any, in sha256, sha384 or sha512 with lower-case hex. A digest
+// alone says nothing about the version and is an error, as are a registry port mistaken for a tag
+// ("localhost:5000/kindest/node") and any tag that is not a version ("latest", "1.33.1").
 func VersionFromImageTag(image string) (string, error) {
 	m := imageReference.FindStringSubmatch(image)
 	if m == nil {
 		return "", fmt.Errorf("%q is not a valid image reference", image)
 	}
 	name, tag, digest := m[1], m[2], m[3]
-	if len(name) > maxImageNameLength {
-		return "", fmt.Errorf("image name in %q is longer than %d characters", image, maxImageNameLength)
+	if path := repositoryPath(name); len(path) > maxRepositoryPathLen {
+		return "", fmt.Errorf("repository path %q of image %q is longer than %d characters", path, image, maxRepositoryPathLen)
 	}
 	if digest != "" {
-		algorithm, hex, _ := strings.Cut(digest, ":")
-		if want, known := digestLengths[algorithm]; known && len(hex) != want {
-			return "", fmt.Errorf("image %q has a %s digest of %d hex characters, expected %d", image, algorithm, len(hex), want)
+		if err := validateDigest(digest); err != nil {
+			return "", fmt.Errorf("image %q: %w", image, err)
 		}
 	}
 	if tag == "" {
 		return "", fmt.Errorf("image %q has no tag: the Kubernetes version is read from the tag", image)
+	}
+	if !strings.HasPrefix(tag, "v") {
+		return "", fmt.Errorf("tag %q of image %q is not a Kubernetes version: expected v<major>.<minor>.<patch>, as kindest/node tags are", tag, image)
 	}
 	version, err := CanonicalVersion(strings.ReplaceAll(tag, "_", "+"))
 	if err != nil {
 		return "", fmt.Errorf("tag of image %q: %w", image, err)
 	}
 	return version, nil
+}
+
+func validateDigest(digest string) error {
+	algorithm, hex, _ := strings.Cut(digest, ":")
+	want, known := digestLengths[algorithm]
+	switch {
+	case !known:
+		return fmt.Errorf("digest algorithm %q is not one a container engine verifies (sha256, sha384, sha512)", algorithm)
+	case len(hex) != want:
+		return fmt.Errorf("%s digest has %d hex characters, expected %d", algorithm, len(hex), want)
+	case strings.ToLower(hex) != hex:
+		return fmt.Errorf("%s digest must be lower-case hex", algorithm)
+	}
+	return nil
+}
+
+// repositoryPath returns the path of an image name without its registry host, as an engine
+// stores it: a name without a host is on Docker Hub, where a single component is under
+// "library/" ("node" is docker.io/library/node). The length limit of the distribution spec
+// applies to this path. The first component is a host when it is "localhost", contains "." or
+// ":", or has an upper-case letter (repository paths are lower case).
+func repositoryPath(name string) string {
+	first, rest, hasSlash := strings.Cut(name, "/")
+	host, path := "docker.io", name
+	if hasSlash && (first == "localhost" || strings.ContainsAny(first, ".:") || strings.ToLower(first) != first) {
+		host, path = first, rest
+	}
+	if (host == "docker.io" || host == "index.docker.io") && !strings.Contains(path, "/") {
+		path = "library/" + path
+	}
+	return path
 }

@@ -134,7 +134,6 @@ func TestVersionFromImageTag(t *testing.T) {
 	}{
 		{name: "docker hub short name", image: "kindest/node:v1.33.1", want: "v1.33.1"},
 		{name: "single path component", image: "node:v1.33.1", want: "v1.33.1"},
-		{name: "tag without v", image: "example.com/node:1.33.1", want: "v1.33.1"},
 		{name: "registry host", image: "registry.k8s.io/kindest/node:v1.34.0", want: "v1.34.0"},
 		{name: "registry with port", image: "localhost:5000/kindest/node:v1.33.1", want: "v1.33.1"},
 		{name: "IP registry with port", image: "127.0.0.1:5000/kindest/node:v1.33.1", want: "v1.33.1"},
@@ -144,10 +143,17 @@ func TestVersionFromImageTag(t *testing.T) {
 		{name: "pre-release tag", image: "kindest/node:v1.37.0-beta.0", want: "v1.37.0-beta.0"},
 		{name: "build metadata after underscore", image: "example.com/k3s:v1.33.1_k3s1", want: "v1.33.1+k3s1"},
 		{name: "separators in path", image: "my-registry.example/team__x/node.image-x:v1.33.1", want: "v1.33.1"},
+		{name: "sha512 digest", image: "kindest/node:v1.33.1@sha512:" + strings.Repeat("ab", 64), want: "v1.33.1"},
+		{name: "sha384 digest", image: "kindest/node:v1.33.1@sha384:" + strings.Repeat("ab", 48), want: "v1.33.1"},
+		{name: "upper-case registry host", image: "Registry.Example/node:v1.33.1", want: "v1.33.1"},
+		{name: "path of 255 characters under a registry", image: "example.com/" + strings.Repeat("a", 255) + ":v1.33.1", want: "v1.33.1"},
 
 		{name: "no tag", image: "kindest/node", wantErr: "has no tag"},
 		{name: "port is not a tag", image: "localhost:5000/kindest/node", wantErr: "has no tag"},
 		{name: "digest only", image: "kindest/node@" + sha256Digest, wantErr: "has no tag"},
+		{name: "tag without v", image: "example.com/node:1.33.1", wantErr: `tag "1.33.1" of image "example.com/node:1.33.1" is not a Kubernetes version: expected v<major>.<minor>.<patch>`},
+		{name: "tag with capital V", image: "kindest/node:V1.33.1", wantErr: "not a Kubernetes version"},
+		{name: "two v", image: "kindest/node:vv1.33.1", wantErr: "not a Kubernetes version"},
 		{name: "latest", image: "kindest/node:latest", wantErr: "not a Kubernetes version"},
 		{name: "major.minor tag", image: "kindest/node:v1.33", wantErr: "not a Kubernetes version"},
 		{name: "bare port-like tag", image: "localhost:5000", wantErr: "not a Kubernetes version"},
@@ -160,11 +166,15 @@ func TestVersionFromImageTag(t *testing.T) {
 		{name: "scheme", image: "https://registry.example/node:v1.33.1", wantErr: "not a valid image reference"},
 		{name: "double slash", image: "registry.example//node:v1.33.1", wantErr: "not a valid image reference"},
 		{name: "short digest", image: "kindest/node:v1.33.1@sha256:0123456789abcdef0123456789abcdef", wantErr: "expected 64"},
+		{name: "short sha384 digest", image: "kindest/node:v1.33.1@sha384:" + strings.Repeat("ab", 32), wantErr: "expected 96"},
+		{name: "upper-case hex digest", image: "kindest/node:v1.33.1@sha256:" + strings.Repeat("AB", 32), wantErr: "lower-case hex"},
+		{name: "digest algorithm an engine cannot verify", image: "kindest/node:v1.33.1@md5:" + strings.Repeat("ab", 16), wantErr: `digest algorithm "md5"`},
+		{name: "Docker Hub path over 255 with library/", image: strings.Repeat("a", 250) + ":v1.33.1", wantErr: "longer than 255"},
 		{name: "non-hex digest", image: "kindest/node:v1.33.1@sha256:" + strings.Repeat("z", 64), wantErr: "not a valid image reference"},
 		{name: "empty digest", image: "kindest/node:v1.33.1@", wantErr: "not a valid image reference"},
 		{name: "plus in tag", image: "kindest/node:v1.33.1+k3s1", wantErr: "not a valid image reference"},
 		{name: "tag longer than 128", image: "node:v1.33.1-" + strings.Repeat("a", 121), wantErr: "not a valid image reference"},
-		{name: "name longer than 255", image: "example.com/" + strings.Repeat("a", 250) + ":v1.33.1", wantErr: "longer than 255"},
+		{name: "path longer than 255", image: "example.com/" + strings.Repeat("a", 256) + ":v1.33.1", wantErr: "longer than 255"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -259,13 +269,13 @@ func FuzzVersionFromImageTag(f *testing.F) {
 			return
 		}
 		// The result is a canonical version that came from the tag, written the way image tags
-		// write it ("_" for "+"), with or without the "v".
+		// write it: "v" first, "_" for "+".
 		if canonical, err := CanonicalVersion(version); err != nil || canonical != version {
 			t.Fatalf("VersionFromImageTag(%q) = %q is not canonical (%q, %v)", image, version, canonical, err)
 		}
 		tag := strings.ReplaceAll(version, "+", "_")
 		name, _, _ := strings.Cut(image, "@")
-		if !strings.HasSuffix(name, ":"+tag) && !strings.HasSuffix(name, ":"+tag[1:]) {
+		if !strings.HasSuffix(name, ":"+tag) {
 			t.Fatalf("VersionFromImageTag(%q) = %q, which is not its tag", image, version)
 		}
 		if strings.ContainsAny(image, " \t\n\r\x00") || strings.Contains(name, "+") {
