@@ -209,6 +209,11 @@ func skipAddons(kcp *controlplanev1.KubeadmControlPlane) {
 	kcp.Annotations[controlplanev1.SkipKubeProxyAnnotation] = ""
 	init := &kcp.Spec.KubeadmConfigSpec.InitConfiguration
 	init.SkipPhases = append(init.SkipPhases, "addon/coredns", "addon/kube-proxy")
+	// A control-plane join's preflight pulls every image kubeadm lists, CoreDNS included, which
+	// init leaves out with its addon phase: node images built without CoreDNS (the blocking
+	// tier's) would fail it. The control plane's own images are preloaded; CoreDNS is never run.
+	join := &kcp.Spec.KubeadmConfigSpec.JoinConfiguration.NodeRegistration
+	join.IgnorePreflightErrors = append(join.IgnorePreflightErrors, "ImagePull")
 }
 
 func setNested(obj map[string]any, value string, fields ...string) error {

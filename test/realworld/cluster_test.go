@@ -74,6 +74,12 @@ func TestRenderCluster(t *testing.T) {
 			g.Expect(kcp.Spec.KubeadmConfigSpec.InitConfiguration.SkipPhases).To(Equal(wantSkipPhases))
 			_, skipsCoreDNS := kcp.Annotations[controlplanev1.SkipCoreDNSAnnotation]
 			g.Expect(skipsCoreDNS).To(Equal(tt.wantSkippedAddons))
+			if tt.wantSkippedAddons {
+				g.Expect(kcp.Spec.KubeadmConfigSpec.JoinConfiguration.NodeRegistration.IgnorePreflightErrors).To(ContainElement("ImagePull"),
+					"a control-plane join pulls CoreDNS's image in preflight unless told not to")
+			} else {
+				g.Expect(kcp.Spec.KubeadmConfigSpec.JoinConfiguration.NodeRegistration.IgnorePreflightErrors).NotTo(ContainElement("ImagePull"))
+			}
 
 			mp := &clusterv1.MachinePool{}
 			g.Expect(fromObjects(objs, "MachinePool", mp)).To(Succeed())
