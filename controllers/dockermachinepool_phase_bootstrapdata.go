@@ -84,7 +84,8 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 			return ctrl.Result{}, err
 		}
 		if notRefreshable != "" {
-			return r.notRefreshable(s, why, notRefreshable), nil
+			r.notRefreshable(s, why, notRefreshable)
+			return ctrl.Result{}, nil
 		}
 		if s.creation.blockedReason == "" && s.creation.count > 0 {
 			s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
@@ -213,7 +214,7 @@ func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *po
 
 // notRefreshable reports, once, that data older than the pause stays as it is: containers the
 // gate admits are created with it rather than never. A pause the gate has ended is then over.
-func (r *DockerMachinePoolReconciler) notRefreshable(s *poolScope, why, whyNot string) ctrl.Result {
+func (r *DockerMachinePoolReconciler) notRefreshable(s *poolScope, why, whyNot string) {
 	msg := fmt.Sprintf("Refresh needed (%s), but %s; containers are created with the current data", why, whyNot)
 	if !conditions.IsFalse(s.pool, infrav1.BootstrapDataFreshCondition) ||
 		conditions.GetReason(s.pool, infrav1.BootstrapDataFreshCondition) != infrav1.BootstrapDataNotRefreshableReason {
@@ -224,7 +225,6 @@ func (r *DockerMachinePoolReconciler) notRefreshable(s *poolScope, why, whyNot s
 		gate := &s.pool.Status.VersionGate
 		gate.WaitingSince, gate.BootstrapDataHashAtPause = nil, ""
 	}
-	return ctrl.Result{}
 }
 
 // requestBootstrapRefresh has CABPK re-render the pool's bootstrap data with a new token. It
