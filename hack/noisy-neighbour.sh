@@ -43,7 +43,9 @@ for run in $(seq 1 "${RUNS}"); do
   verdict=FAIL
   if ((rc == 0)); then verdict=pass; passed=$((passed + 1)); fi
   echo "run ${run}: ${verdict} (exit ${rc}) in ${elapsed}s; log ${LOGDIR}/run-${run}.log"
-  grep -E '^(s[0-9]-\S+ +(pass|FAIL)|\S+ remediation:|skew-violations:|[0-9]+ passed, [0-9]+ failed)' "${LOGDIR}/run-${run}.log" | sed 's/^/    /' || true
+  # The suite's summary stands twice in the log (go test's output, then make's excerpt of it).
+  grep -E '^(s[0-9]-\S+ +(pass|FAIL)|\S+ remediation:|skew-violations:|[0-9]+ passed, [0-9]+ failed)' "${LOGDIR}/run-${run}.log" |
+    awk '!seen[$0]++' | sed 's/^/    /' || true
 done
 echo "noisy neighbour: ${passed} of ${RUNS} runs passed (busy loop on core ${CORE})"
 ((passed == RUNS))
