@@ -1,9 +1,16 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
+
+// DefaultBootstrapTimeout is the bootstrap timeout of a container when spec.template.bootstrapTimeout
+// is empty. A kind-like node needs well under a minute to join; three minutes leave room for a busy
+// Docker host without keeping a broken container around for long.
+const DefaultBootstrapTimeout = 3 * time.Minute
 
 // DockerMachinePoolMachineTemplate describes the containers of a pool.
 type DockerMachinePoolMachineTemplate struct {
@@ -34,12 +41,14 @@ type DockerMachinePoolMachineTemplate struct {
 	// +kubebuilder:validation:MaxItems=32
 	ExtraMounts []Mount `json:"extraMounts,omitempty"`
 
-	// bootstrapTimeout bounds the bootstrap of one container; a container that has not finished
-	// by then is reported as failed (BootstrapFailed) until a MachineHealthCheck or a user deletes
-	// its Machine. Defaults to 3m.
+	// bootstrapTimeout bounds the bootstrap of one container: the loading of preLoadImages, then
+	// the bootstrap commands, which run in the container while the controller follows them. A
+	// bootstrap that has not finished by then is stopped and reported as failed (BootstrapFailed)
+	// until a MachineHealthCheck or a user deletes its Machine. Defaults to 3m; at most 1h.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="bootstrapTimeout must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="bootstrapTimeout must be at most 1h"
 	BootstrapTimeout *metav1.Duration `json:"bootstrapTimeout,omitempty"`
 }
 

@@ -50,6 +50,12 @@ func TestSchemaValidation(t *testing.T) {
 		{name: "zero bootstrap timeout", mutate: func(p *infrav1.DockerMachinePool) {
 			p.Spec.Template.BootstrapTimeout = &metav1.Duration{}
 		}, wantErr: "bootstrapTimeout must be greater than zero"},
+		{name: "an hour is the longest bootstrap timeout", mutate: func(p *infrav1.DockerMachinePool) {
+			p.Spec.Template.BootstrapTimeout = &metav1.Duration{Duration: time.Hour}
+		}},
+		{name: "a bootstrap timeout over an hour", mutate: func(p *infrav1.DockerMachinePool) {
+			p.Spec.Template.BootstrapTimeout = &metav1.Duration{Duration: time.Hour + time.Second}
+		}, wantErr: "bootstrapTimeout must be at most 1h"},
 		{name: "empty provider ID in the list", mutate: func(p *infrav1.DockerMachinePool) {
 			p.Spec.ProviderIDList = []string{""}
 		}, wantErr: "spec.providerIDList[0]"},

@@ -103,7 +103,7 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 		g.Expect(c.Create(ctx, pool)).To(Succeed())
 		stored := &infrav1.DockerMachinePool{}
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pool), stored)).To(Succeed())
-		g.Expect(stored.Spec.Template.BootstrapTimeout).To(Equal(&metav1.Duration{Duration: DefaultBootstrapTimeout}))
+		g.Expect(stored.Spec.Template.BootstrapTimeout).To(Equal(&metav1.Duration{Duration: infrav1.DefaultBootstrapTimeout}))
 	})
 
 	t.Run("an invalid DockerMachinePool is refused with the field path", func(t *testing.T) {

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"fmt"
 	"path"
-	"time"
 
 	"github.com/distribution/reference"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,15 +12,10 @@ import (
 	"github.com/capdmp/capdmp/internal/nodeimage"
 )
 
-// DefaultBootstrapTimeout is the bootstrap timeout of a container when spec.template.bootstrapTimeout
-// is empty. A kind-like node needs well under a minute to join; three minutes leave room for a busy
-// Docker host without keeping a broken container around for long.
-const DefaultBootstrapTimeout = 3 * time.Minute
-
 // defaultMachineTemplate fills the empty fields of the containers' template.
 func defaultMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate) {
 	if template.BootstrapTimeout == nil {
-		template.BootstrapTimeout = &metav1.Duration{Duration: DefaultBootstrapTimeout}
+		template.BootstrapTimeout = &metav1.Duration{Duration: infrav1.DefaultBootstrapTimeout}
 	}
 }
 
