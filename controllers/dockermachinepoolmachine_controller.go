@@ -3,7 +3,7 @@ package controllers
 import (
 	"bytes"
 	"context"
-	"io"
+	"fmt"
 	"time"
 
 	pkgerrors "github.com/pkg/errors"
@@ -34,9 +34,6 @@ import (
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
-// DefaultBootstrapTimeout bounds one container's bootstrap when the pool does not say.
-const DefaultBootstrapTimeout = 3 * time.Minute
-
 // nodeBootRequeue is how often a container that is still booting is looked at: a kind node's
 // systemd is up within seconds.
 const nodeBootRequeue = time.Second
@@ -44,6 +41,10 @@ const nodeBootRequeue = time.Second
 // unreadableDataRequeue is how often a container waits for bootstrap data its kubeadm can read:
 // the data Secret has no watch here; the pool has it re-rendered.
 const unreadableDataRequeue = 10 * time.Second
+
+// bootstrapPollInterval is how often a running bootstrap is looked at: a kubeadm join takes tens
+// of seconds, and each look is one exec.
+const bootstrapPollInterval = 3 * time.Second
 
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines;dockermachinepoolmachines/status;dockermachinepoolmachines/finalizers,verbs=get;list;watch;update;patch
 
@@ -237,33 +238,36 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 		return ctrl.Result{}, nil
 	}
 	// The node says how far its bootstrap went: a controller that restarted, or a status patch
-	// that was lost, must never run kubeadm twice.
-	res, err := r.Runtime.Exec(ctx, machine.Name, bootstrap.SentinelCheck().Argv, nil)
+	// that was lost, must never run kubeadm twice, and finds a bootstrap that still runs.
+	status, err := bootstrap.Check(ctx, r.Runtime, machine.Name)
 	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to check the bootstrap sentinel of container %s", machine.Name)
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to check the bootstrap of container %s", machine.Name)
 	}
-	state, err := bootstrap.ParseSentinelCheck(res.ExitCode)
-	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "container %s", machine.Name)
-	}
-	switch state {
+	switch status.State {
 	case bootstrap.StateSucceeded:
 		r.markProvisioned(machine)
+		ctrl.LoggerFrom(ctx).Info("Bootstrapped container", "container", machine.Name)
+		r.eventf(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s", machine.Name)
 		return r.reconcileNodeProviderID(ctx, s)
 	case bootstrap.StateBooting:
 		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.WaitingForNodeBootReason,
 			"Waiting for the node's systemd and container runtime to start"))
 		return ctrl.Result{RequeueAfter: nodeBootRequeue}, nil
-	case bootstrap.StateStarted:
-		r.markBootstrapFailed(machine, "The bootstrap started earlier and did not finish (interrupted or failed); it is not run twice", nil)
+	case bootstrap.StateRunning:
+		return r.followBootstrap(ctx, s, status)
+	case bootstrap.StateFailed:
+		r.markBootstrapFailed(machine, failedBootstrapMessage(status))
+		return ctrl.Result{}, nil
+	case bootstrap.StateInterrupted:
+		r.markBootstrapFailed(machine, "The bootstrap started earlier and its runner is gone without a result (the container restarted); it is not run twice")
 		return ctrl.Result{}, nil
 	}
-	return r.bootstrap(ctx, s, c)
+	return r.startBootstrap(ctx, s, c)
 }
 
-// bootstrap runs the bootstrap data in the container. Its first step records the start and its
-// last writes the sentinel, which the next reconcile reads instead of running it again.
-func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *machineScope, c container.Container) (ctrl.Result, error) {
+// startBootstrap starts the bootstrap data in the container, detached: followBootstrap waits for
+// it in later reconciles, so a slow bootstrap holds no worker and survives a controller restart.
+func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context, s *machineScope, c container.Container) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	machine := s.machine
 	pool, machinePool, err := r.poolOf(ctx, machine)
@@ -294,47 +298,82 @@ func (r *DockerMachinePoolMachineReconciler) bootstrap(ctx context.Context, s *m
 	}
 	commands, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: machine.Name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 	if err != nil {
-		r.markBootstrapFailed(machine, "The bootstrap data cannot be run: "+err.Error(), nil)
+		r.markBootstrapFailed(machine, "The bootstrap data cannot be run: "+err.Error())
 		return ctrl.Result{}, nil
 	}
 
-	timeout := DefaultBootstrapTimeout
-	if t := pool.Spec.Template.BootstrapTimeout; t != nil && t.Duration > 0 {
-		timeout = t.Duration
-	}
-	bootstrapCtx, cancel := context.WithTimeout(ctx, timeout)
+	// Images are loaded before the bootstrap starts, within its timeout: kubeadm may need them.
+	preloadCtx, cancel := context.WithTimeout(ctx, bootstrapTimeoutOf(pool))
 	defer cancel()
-
-	if err := r.preloadImages(bootstrapCtx, machine.Name, pool.Spec.Template.PreLoadImages); err != nil {
-		r.markBootstrapFailed(machine, "Loading images failed: "+err.Error(), nil)
+	if err := r.preloadImages(preloadCtx, machine.Name, pool.Spec.Template.PreLoadImages); err != nil {
+		r.markBootstrapFailed(machine, "Loading images failed: "+err.Error())
 		return ctrl.Result{}, nil
 	}
-
-	log.Info("Bootstrapping container", "container", machine.Name)
-	start := time.Now()
-	for _, cmd := range commands {
-		res, err := r.Runtime.Exec(bootstrapCtx, machine.Name, cmd.Argv, stdinOf(cmd.Stdin))
-		if err != nil {
-			if bootstrapCtx.Err() != nil {
-				err = pkgerrors.Errorf("bootstrap did not finish within %s", timeout)
-			}
-			r.markBootstrapFailed(machine, "Bootstrap step "+cmd.Step+": "+err.Error(), nil)
-			return ctrl.Result{}, nil
-		}
-		if res.ExitCode != 0 {
-			r.markBootstrapFailed(machine, "Bootstrap step "+cmd.Step+" exited with code "+itoa(res.ExitCode), &res)
-			return ctrl.Result{}, nil
-		}
+	if err := bootstrap.Start(ctx, r.Runtime, machine.Name, commands); err != nil {
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to start the bootstrap of container %s", machine.Name)
 	}
 	if machine.Labels == nil {
 		machine.Labels = map[string]string{}
 	}
 	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
-	r.markProvisioned(machine)
-	log.Info("Bootstrapped container", "container", machine.Name, "duration", time.Since(start).Round(time.Millisecond).String())
-	r.eventf(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s in %s", machine.Name, time.Since(start).Round(time.Millisecond))
-	// The kubelet registers its Node in the seconds after the join; give it its providerID then.
-	return ctrl.Result{RequeueAfter: nodeRegistrationRequeue}, nil
+	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason, "The bootstrap runs in the container"))
+	log.Info("Started the bootstrap of container", "container", machine.Name)
+	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)
+	return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
+}
+
+// followBootstrap waits for a running bootstrap and stops it once it exceeds the pool's
+// bootstrapTimeout.
+func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context, s *machineScope, status bootstrap.Status) (ctrl.Result, error) {
+	machine := s.machine
+	pool, err := r.ownerPool(ctx, machine)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	timeout := bootstrapTimeoutOf(pool)
+	if status.Elapsed <= timeout {
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason,
+			"The bootstrap runs in the container since "+status.Elapsed.String()))
+		return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
+	}
+	if err := bootstrap.Stop(ctx, r.Runtime, machine.Name); err != nil {
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to stop the bootstrap of container %s after %s", machine.Name, timeout)
+	}
+	// Read back what Stop recorded: the step it cut short and its output.
+	stopped, err := bootstrap.Check(ctx, r.Runtime, machine.Name)
+	if err != nil {
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to check the bootstrap of container %s", machine.Name)
+	}
+	msg := fmt.Sprintf("The bootstrap did not finish within %s", timeout)
+	if stopped.State == bootstrap.StateFailed {
+		msg += "; " + failedBootstrapMessage(stopped)
+	}
+	r.markBootstrapFailed(machine, msg)
+	return ctrl.Result{}, nil
+}
+
+// bootstrapTimeoutOf is the pool's bootstrapTimeout, or the default when the webhook did not set it.
+func bootstrapTimeoutOf(pool *infrav1.DockerMachinePool) time.Duration {
+	if t := pool.Spec.Template.BootstrapTimeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return infrav1.DefaultBootstrapTimeout
+}
+
+// failedBootstrapMessage names the step of a failed bootstrap, its exit code and the end of its
+// output: the output of kubeadm and friends, never the bootstrap data itself.
+func failedBootstrapMessage(status bootstrap.Status) string {
+	msg := "Bootstrap step " + status.Step
+	switch {
+	case status.Stopped:
+		msg += " was stopped"
+	default:
+		msg += " exited with code " + itoa(status.ExitCode)
+	}
+	if len(status.Output) > 0 {
+		msg += ": " + string(status.Output)
+	}
+	return msg
 }
 
 func (r *DockerMachinePoolMachineReconciler) preloadImages(ctx context.Context, name string, images []string) error {
@@ -361,12 +400,9 @@ func (r *DockerMachinePoolMachineReconciler) markProvisioned(machine *infrav1.Do
 	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, true, infrav1.ContainerProvisionedReason, ""))
 }
 
-// markBootstrapFailed reports a failed bootstrap with the tail of its output: the output of
-// kubeadm and friends, never the bootstrap data itself.
-func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav1.DockerMachinePoolMachine, msg string, res *container.ExecResult) {
-	if res != nil {
-		msg += ": " + tail(append(append([]byte{}, res.Stdout...), res.Stderr...))
-	}
+// markBootstrapFailed reports a failed bootstrap, for good: kubeadm join is not run twice in a
+// container; a MachineHealthCheck or a user replaces its Machine.
+func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav1.DockerMachinePoolMachine, msg string) {
 	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrapFailedReason, msg))
 	r.eventf(machine, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, "Bootstrap of container %s failed: %s", machine.Name, msg)
 }
@@ -421,14 +457,6 @@ func addressesOf(c container.Container) []clusterv1.MachineAddress {
 		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: c.IPv6})
 	}
 	return out
-}
-
-// stdinOf returns nil, not a nil *bytes.Reader, when there is no input: Exec tells the two apart.
-func stdinOf(b []byte) io.Reader {
-	if b == nil {
-		return nil
-	}
-	return bytes.NewReader(b)
 }
 
 // tail keeps the end of a command's output, where errors are, within an event's size.

@@ -27,30 +27,57 @@ import (
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 )
 
+// TestDockerMachinePoolMachineBootstrap: the bootstrap runs in the container, detached, and every
+// reconcile reads its state from the container, so a reconcile never waits for it and a restarted
+// controller picks it up where it is.
 func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 	const name = "workers-abcde"
+	running := func(seconds string) container.ExecResult {
+		return container.ExecResult{ExitCode: 83, Stdout: []byte(seconds + "\n")}
+	}
 	tests := []struct {
-		name            string
-		noContainer     bool
-		stopped         bool
-		sentinelExit    int
-		failStep        string // exit 1 for the step whose argv contains this
+		name        string
+		noContainer bool
+		stopped     bool
+		// status is what the container's bootstrap status command answers; after a Stop it
+		// answers afterStop.
+		status          container.ExecResult
+		afterStop       container.ExecResult
 		wantProvisioned bool
 		wantReason      string
-		wantBootstrap   bool // the join command ran
+		wantMessage     string
+		wantStarted     bool // the runner was staged, with the join, and launched
+		wantStopped     bool
+		wantRequeue     time.Duration
 		// containerVersion is the container's version label: v1.31.0 unless set. The test data's
 		// JoinConfiguration is v1beta4, which a kubeadm of 1.30 cannot read.
 		containerVersion string
 	}{
-		{name: "fresh container: runs the bootstrap once and records it", sentinelExit: 80, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason, wantBootstrap: true},
-		{name: "already bootstrapped (sentinel): not run again", sentinelExit: 0, wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
-		{name: "bootstrap started and never finished: failed, not run twice", sentinelExit: 81, wantReason: infrav1.BootstrapFailedReason},
-		{name: "systemd still booting: waits, runs nothing", sentinelExit: 82, wantReason: infrav1.WaitingForNodeBootReason},
-		{name: "a failing step: failed with the step named", sentinelExit: 80, failStep: "kubeadm join", wantReason: infrav1.BootstrapFailedReason, wantBootstrap: true},
+		{name: "fresh container: starts the bootstrap and comes back to follow it", status: container.ExecResult{ExitCode: 80},
+			wantReason: infrav1.BootstrappingReason, wantStarted: true, wantRequeue: bootstrapPollInterval},
+		{name: "already bootstrapped (sentinel): not run again", status: container.ExecResult{ExitCode: 0},
+			wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
+		{name: "a bootstrap that runs (a restarted controller finds it): waits, starts nothing", status: running("42"),
+			wantReason: infrav1.BootstrappingReason, wantMessage: "since 42s", wantRequeue: bootstrapPollInterval},
+		{name: "a bootstrap past the pool's timeout: stopped, failed with the step it was in",
+			status:      running("181"),
+			afterStop:   container.ExecResult{ExitCode: 84, Stdout: []byte("stopped\nruncmd[1]\n[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap\n")},
+			wantReason:  infrav1.BootstrapFailedReason,
+			wantMessage: "The bootstrap did not finish within 3m0s; Bootstrap step runcmd[1] was stopped: [kubelet-start] Waiting for the kubelet",
+			wantStopped: true},
+		{name: "a failed step: failed with the step named and its output",
+			status:      container.ExecResult{ExitCode: 84, Stdout: []byte("1\nruncmd[1]\nerror execution phase preflight\n")},
+			wantReason:  infrav1.BootstrapFailedReason,
+			wantMessage: "Bootstrap step runcmd[1] exited with code 1: error execution phase preflight"},
+		{name: "a runner gone without a result: failed, not run twice", status: container.ExecResult{ExitCode: 81},
+			wantReason: infrav1.BootstrapFailedReason, wantMessage: "it is not run twice"},
+		{name: "systemd still booting: waits, runs nothing", status: container.ExecResult{ExitCode: 82},
+			wantReason: infrav1.WaitingForNodeBootReason, wantRequeue: nodeBootRequeue},
 		{name: "container gone", noContainer: true, wantReason: infrav1.ContainerNotFoundReason},
 		{name: "container stopped", stopped: true, wantReason: infrav1.ContainerNotRunningReason},
 		{name: "data re-rendered since the pool checked it, for a kubeadm this node's cannot read: waits, runs nothing",
-			containerVersion: "v1.30.0", sentinelExit: 80, wantReason: infrav1.WaitingForBootstrapDataReason},
+			containerVersion: "v1.30.0", status: container.ExecResult{ExitCode: 80},
+			wantReason: infrav1.WaitingForBootstrapDataReason, wantRequeue: unreadableDataRequeue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,14 +100,21 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 				c.Running = !tt.stopped
 				rt.Add(c)
 			}
-			joined := false
-			rt.ExecHandler = func(_ container.Container, cmd []string, _ []byte) (container.ExecResult, error) {
-				joined = joined || containsArg(cmd, "kubeadm join")
-				if slices.Equal(cmd, bootstrap.SentinelCheck().Argv) {
-					return container.ExecResult{ExitCode: tt.sentinelExit}, nil
-				}
-				if tt.failStep != "" && containsArg(cmd, tt.failStep) {
-					return container.ExecResult{ExitCode: 1, Stderr: []byte("error execution phase preflight")}, nil
+			var runner []byte
+			launched, stopped := false, false
+			rt.ExecHandler = func(_ container.Container, cmd []string, stdin []byte) (container.ExecResult, error) {
+				switch {
+				case slices.Equal(cmd, bootstrap.StatusCommand().Argv):
+					if stopped {
+						return tt.afterStop, nil
+					}
+					return tt.status, nil
+				case containsArg(cmd, "run.sh") && !containsArg(cmd, "setsid") && stdin != nil:
+					runner = stdin
+				case containsArg(cmd, "setsid"):
+					launched = true
+				case containsArg(cmd, "kill -TERM"):
+					stopped = true
 				}
 				return container.ExecResult{}, nil
 			}
@@ -88,8 +122,11 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 				WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}).Build()
 			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt}
 
-			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
 			g.Expect(err).ToNot(HaveOccurred())
+			if tt.wantRequeue > 0 {
+				g.Expect(res.RequeueAfter).To(Equal(tt.wantRequeue))
+			}
 
 			m := &infrav1.DockerMachinePoolMachine{}
 			g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
@@ -97,11 +134,14 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			cond := conditions.Get(m, infrav1.ContainerProvisionedCondition)
 			g.Expect(cond).ToNot(BeNil())
 			g.Expect(cond.Reason).To(Equal(tt.wantReason), cond.Message)
-			g.Expect(joined).To(Equal(tt.wantBootstrap))
-			if tt.failStep != "" {
-				g.Expect(cond.Message).To(ContainSubstring("error execution phase preflight"))
-				g.Expect(cond.Message).ToNot(ContainSubstring("0123456789abcdef"), "bootstrap secrets never reach conditions")
+			g.Expect(cond.Message).To(ContainSubstring(tt.wantMessage))
+			g.Expect(launched).To(Equal(tt.wantStarted))
+			g.Expect(stopped).To(Equal(tt.wantStopped))
+			if tt.wantStarted {
+				g.Expect(string(runner)).To(ContainSubstring("kubeadm join"))
+				g.Expect(m.Labels).To(HaveKey(infrav1.BootstrapDataHashLabel), "the data the container runs is recorded")
 			}
+			g.Expect(cond.Message).ToNot(ContainSubstring("0123456789abcdef"), "bootstrap secrets never reach conditions")
 			g.Expect(conditions.Get(m, infrav1.ReadyCondition)).ToNot(BeNil())
 		})
 	}

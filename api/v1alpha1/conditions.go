@@ -74,6 +74,9 @@ const (
 	// WaitingForNodeBootReason: the container runs but its systemd and container runtime are not
 	// up yet; the bootstrap starts when they are.
 	WaitingForNodeBootReason = "WaitingForNodeBoot"
+	// BootstrappingReason: the bootstrap runs in the container, detached from the controller;
+	// the controller follows it until it ends or exceeds the pool's bootstrapTimeout.
+	BootstrappingReason = "Bootstrapping"
 
 	// NodeProviderIDCondition is true when the Node of the container carries the machine's
 	// providerID, which Cluster API matches MachinePool Machines and nodeRefs on.

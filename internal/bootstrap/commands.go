@@ -51,10 +51,10 @@ type Vars struct {
 	IgnorePreflightErrors string
 }
 
-// Commands turns bootstrap data into the steps that bootstrap a node, in order. Run them one after
-// the other with /bin/sh available in the node and stop at the first non-zero exit code: the last
-// step writes the success sentinel, so a node whose bootstrap failed is never reported as
-// bootstrapped. The first step records that the bootstrap started (see SentinelCheck).
+// Commands turns bootstrap data into the steps that bootstrap a node, in order; Start runs them in
+// the node one after the other and stops at the first non-zero exit code. The last step writes
+// the success sentinel, so a node whose bootstrap failed is never reported as bootstrapped. The
+// first step records in the node's /var that the bootstrap started.
 //
 // Only POSIX sh features and mkdir, cat, chmod, chown are used, so that a busybox node runs them.
 func Commands(data *Data, vars Vars) ([]Command, error) {
@@ -85,61 +85,6 @@ func Commands(data *Data, vars Vars) ([]Command, error) {
 	out = append(out, steps...)
 	out = append(out, sentinelCommand())
 	return out, nil
-}
-
-// State is how far the bootstrap of a node went, as SentinelCheck finds it.
-type State string
-
-const (
-	// StateNotStarted means no bootstrap step ran in the node.
-	StateNotStarted State = "NotStarted"
-	// StateStarted means the bootstrap started and did not finish: it failed, was cut short by a
-	// restart of the node or of the controller, or still runs in an exec the engine keeps going.
-	// Running it again is unsafe (kubeadm join is not idempotent); replace the node instead.
-	StateStarted State = "Started"
-	// StateSucceeded means the bootstrap finished and wrote the sentinel.
-	StateSucceeded State = "Succeeded"
-	// StateBooting means no bootstrap step ran and the node is not ready for one: its systemd has
-	// not reached multi-user.target or its container runtime does not answer yet. Nodes without
-	// systemd (the stub image) are never Booting.
-	StateBooting State = "Booting"
-)
-
-// The exit codes of SentinelCheck are unusual on purpose: a shell that cannot run the check must
-// not be read as an answer.
-const (
-	sentinelExitSucceeded  = 0
-	sentinelExitNotStarted = 80
-	sentinelExitStarted    = 81
-	sentinelExitBooting    = 82
-)
-
-// SentinelCheck is the command that tells how far the bootstrap of a node went; read its exit
-// code with ParseSentinelCheck. A controller that restarted runs it before bootstrapping a node it
-// finds, so that it never bootstraps a node twice. On a node that has not bootstrapped it also
-// tells whether the node finished booting, as CAPD waits for before running kubeadm: systemd
-// (PID 1) reached multi-user.target and containerd answers crictl.
-func SentinelCheck() Command {
-	booted := `if [ -x /lib/systemd/systemd ]; then ` +
-		`[ "$(cat /proc/1/comm)" = systemd ] && systemctl is-active --quiet multi-user.target && crictl ps >/dev/null 2>&1 || exit %d; fi`
-	script := fmt.Sprintf(`if [ -f %s ] || [ -f %s ]; then exit %d; fi; if [ -f %s ]; then exit %d; fi; `+booted+`; exit %d`,
-		SentinelPath, persistentCompletePath, sentinelExitSucceeded, persistentStartedPath, sentinelExitStarted, sentinelExitBooting, sentinelExitNotStarted)
-	return Command{Argv: []string{"/bin/sh", "-c", script}, Step: "check bootstrap sentinel"}
-}
-
-// ParseSentinelCheck maps the exit code of SentinelCheck to a State.
-func ParseSentinelCheck(exitCode int) (State, error) {
-	switch exitCode {
-	case sentinelExitSucceeded:
-		return StateSucceeded, nil
-	case sentinelExitNotStarted:
-		return StateNotStarted, nil
-	case sentinelExitStarted:
-		return StateStarted, nil
-	case sentinelExitBooting:
-		return StateBooting, nil
-	}
-	return "", fmt.Errorf("bootstrap sentinel check failed with exit code %d", exitCode)
 }
 
 func startedCommand() Command {

@@ -489,36 +489,6 @@ func TestIgnoredModulesCloudConfig(t *testing.T) {
 	g.Expect(ignored).To(Equal([]string{"mounts", "ntp", "users"}))
 }
 
-func TestSentinelCheck(t *testing.T) {
-	g := NewWithT(t)
-	c := SentinelCheck()
-	g.Expect(c.Argv[0]).To(Equal("/bin/sh"))
-	g.Expect(c.Argv[2]).To(ContainSubstring(SentinelPath))
-	g.Expect(c.Stdin).To(BeNil())
-
-	tests := []struct {
-		exitCode int
-		want     State
-		wantErr  bool
-	}{
-		{exitCode: 0, want: StateSucceeded},
-		{exitCode: 80, want: StateNotStarted},
-		{exitCode: 81, want: StateStarted},
-		{exitCode: 82, want: StateBooting},
-		{exitCode: 1, wantErr: true},
-		{exitCode: 127, wantErr: true},
-	}
-	for _, tt := range tests {
-		state, err := ParseSentinelCheck(tt.exitCode)
-		if tt.wantErr {
-			g.Expect(err).To(HaveOccurred(), "exit code %d", tt.exitCode)
-			continue
-		}
-		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(state).To(Equal(tt.want))
-	}
-}
-
 func TestCommandStringHidesData(t *testing.T) {
 	g := NewWithT(t)
 	cmds, err := Commands(mustData(t, renderCloudConfig(t, "1.36.3", nil), ""), Vars{Hostname: "n1"})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -78,25 +77,26 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(res.ExitCode).To(BeZero(), "%s: %s", script, res.Stderr)
 		return string(res.Stdout)
 	}
-	state := func(g Gomega, node string) bootstrap.State {
+	status := func(g Gomega, node string) bootstrap.Status {
 		s, err := bootstrap.Check(ctx, d, node)
 		g.Expect(err).ToNot(HaveOccurred())
 		return s
 	}
-	// runAll runs the commands as a controller does; it returns the index of the failed step,
-	// or -1.
-	runAll := func(t *testing.T, g Gomega, node string, cmds []bootstrap.Command) int {
+	state := func(g Gomega, node string) bootstrap.State {
+		return status(g, node).State
+	}
+	// runAll starts the commands as a controller does and follows them until they end.
+	runAll := func(t *testing.T, g Gomega, node string, cmds []bootstrap.Command) bootstrap.Status {
 		t.Helper()
 		start := time.Now()
-		err := bootstrap.Run(ctx, d, node, cmds)
-		var stepErr *bootstrap.StepError
-		if errors.As(err, &stepErr) {
-			t.Logf("%v: %s", err, stepErr.Stderr)
-			return stepErr.Index
-		}
-		g.Expect(err).ToNot(HaveOccurred())
-		t.Logf("%d bootstrap steps in %v", len(cmds), time.Since(start))
-		return -1
+		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		var s bootstrap.Status
+		g.Eventually(func(g Gomega) {
+			s = status(g, node)
+			g.Expect(s.State).ToNot(Equal(bootstrap.StateRunning))
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		t.Logf("%d bootstrap steps in %v: %s", len(cmds), time.Since(start), s.State)
+		return s
 	}
 
 	version := semver.MustParse("1.36.3")
@@ -132,8 +132,7 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(err).ToNot(HaveOccurred())
 
 		g.Expect(state(g, node)).To(Equal(bootstrap.StateNotStarted))
-		g.Expect(runAll(t, g, node, cmds)).To(Equal(-1))
-		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded))
+		g.Expect(runAll(t, g, node, cmds).State).To(Equal(bootstrap.StateSucceeded))
 
 		g.Expect(sh(g, node, "stat -c '%a %U:%G' /etc/capdmp/plain.conf /etc/capdmp/b64 /etc/capdmp/owned /run/kubeadm/kubeadm-join-config.yaml")).To(Equal(
 			"600 root:root\n644 root:root\n640 nobody:nogroup\n640 root:root\n"))
@@ -161,7 +160,7 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(state(g, node)).To(Equal(bootstrap.StateNotStarted))
 	})
 
-	t.Run("cloud-config: a failed join stops the bootstrap and leaves it Started", func(t *testing.T) {
+	t.Run("cloud-config: a failed join stops the bootstrap and reports the step and its output", func(t *testing.T) {
 		g := NewWithT(t)
 		node := newNode(t, "fail")
 		sh(g, node, "touch /tmp/kubeadm-fail")
@@ -171,10 +170,12 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(err).ToNot(HaveOccurred())
 		cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: node})
 		g.Expect(err).ToNot(HaveOccurred())
-		failed := runAll(t, g, node, cmds)
-		g.Expect(failed).To(BeNumerically(">=", 0))
-		g.Expect(cmds[failed].Argv[2]).To(HavePrefix("kubeadm join"))
-		g.Expect(state(g, node)).To(Equal(bootstrap.StateStarted))
+		s := runAll(t, g, node, cmds)
+		g.Expect(s.State).To(Equal(bootstrap.StateFailed))
+		g.Expect(s.Step).To(Equal("runcmd[1]"))
+		g.Expect(s.ExitCode).To(Equal(1))
+		g.Expect(string(s.Output)).To(Equal("kubeadm failed"))
+		g.Expect(status(g, node)).To(Equal(s), "the result stays")
 		res, err := d.Exec(ctx, node, []string{"test", "-e", "/tmp/post"}, nil)
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Expect(res.ExitCode).ToNot(BeZero(), "post-kubeadm commands must not run after a failed join")
@@ -199,8 +200,7 @@ echo "first" > /etc/capdmp/appended`
 		cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: node, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 		g.Expect(err).ToNot(HaveOccurred())
 
-		g.Expect(runAll(t, g, node, cmds)).To(Equal(-1))
-		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded))
+		g.Expect(runAll(t, g, node, cmds).State).To(Equal(bootstrap.StateSucceeded))
 		g.Expect(sh(g, node, "stat -c '%a %U:%G' /etc/capdmp/plain.conf /etc/capdmp/owned /etc/kubeadm.sh /etc/systemd/system/kubeadm.service")).To(Equal(
 			"600 root:root\n640 nobody:nogroup\n700 root:root\n644 root:root\n"))
 		g.Expect(sh(g, node, "cat /etc/capdmp/b64")).To(Equal("decoded"))
@@ -209,6 +209,65 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(sh(g, node, "cat /tmp/pre /tmp/post")).To(Equal("pre " + node + "\npost\n"))
 		// CABPK's script moves its configuration away once done, so its unit would not run again.
 		g.Expect(sh(g, node, "test ! -e /etc/kubeadm.yml && test -e /tmp/kubeadm.yml && echo moved")).To(Equal("moved\n"))
+	})
+
+	// A slow bootstrap: the join waits until the test lets it go, as kubeadm waits for a TLS
+	// bootstrap. The runner is detached: Start returns at once, and whoever checks later (a
+	// restarted controller) finds it running, then finished.
+	slowData := func(g Gomega) *bootstrap.Data {
+		in := baseUserData
+		in.PreKubeadmCommands = []string{"while [ ! -f /tmp/go-on ]; do sleep 0.1; done; touch /tmp/let-go"}
+		value, err := cloudinit.NewNode(&cloudinit.NodeInput{BaseUserData: in, JoinConfiguration: joinConfiguration(g)})
+		g.Expect(err).ToNot(HaveOccurred())
+		data, err := bootstrap.NewData(value, bootstrap.FormatCloudConfig)
+		g.Expect(err).ToNot(HaveOccurred())
+		return data
+	}
+
+	t.Run("a running bootstrap is found running, then finished", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "slow")
+		cmds, err := bootstrap.Commands(slowData(g), bootstrap.Vars{Hostname: node})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		g.Consistently(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateRunning)) }, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+		g.Expect(status(g, node).Elapsed).To(BeNumerically(">=", time.Second))
+		sh(g, node, "touch /tmp/go-on")
+		g.Eventually(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded)) }, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		g.Expect(sh(g, node, "cat /tmp/post")).To(Equal("post\n"))
+	})
+
+	t.Run("Stop ends the whole runner and reports the step it cut short", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "stop")
+		cmds, err := bootstrap.Commands(slowData(g), bootstrap.Vars{Hostname: node})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		g.Eventually(func(g Gomega) { g.Expect(sh(g, node, "ps -o args")).To(ContainSubstring("sleep")) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+		g.Expect(bootstrap.Stop(ctx, d, node)).To(Succeed())
+		s := status(g, node)
+		g.Expect(s.State).To(Equal(bootstrap.StateFailed))
+		g.Expect(s.Stopped).To(BeTrue())
+		g.Expect(s.Step).To(Equal("runcmd[0]"))
+		// Let the step go: a step that survived Stop would now end its loop and leave a mark.
+		sh(g, node, "touch /tmp/go-on")
+		g.Consistently(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateFailed)) }, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+		for _, mark := range []string{"/tmp/let-go", "/tmp/kubeadm-args"} {
+			res, err := d.Exec(ctx, node, []string{"test", "-e", mark}, nil)
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(res.ExitCode).ToNot(BeZero(), "%s: the step and the join never ran on after Stop", mark)
+		}
+	})
+	t.Run("a runner killed without a result is Interrupted, never run again", func(t *testing.T) {
+		g := NewWithT(t)
+		node := newNode(t, "kill")
+		cmds, err := bootstrap.Commands(slowData(g), bootstrap.Vars{Hostname: node})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		g.Eventually(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateRunning)) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+		// What a restart of the node does to the runner, without its report.
+		sh(g, node, "kill -KILL -$(cat /var/lib/capdmp/bootstrap/pid)")
+		g.Eventually(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateInterrupted)) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	})
 }
 

@@ -2,8 +2,9 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -11,11 +12,11 @@ import (
 	"github.com/capdmp/capdmp/internal/container/fake"
 )
 
-func TestRun(t *testing.T) {
+func TestStart(t *testing.T) {
 	ctx := context.Background()
 	cmds := []Command{
-		{Argv: []string{"a"}, Step: "first"},
-		{Argv: []string{"b"}, Stdin: []byte("input"), Step: "second"},
+		{Argv: []string{"a", "it's $HOME"}, Step: "first"},
+		{Argv: []string{"b"}, Stdin: []byte("input"), Step: "second\nline"},
 		{Argv: []string{"c"}, Stdin: []byte{}, Step: "third"},
 	}
 	newNode := func(g Gomega, handler fake.ExecFunc) *fake.Runtime {
@@ -26,68 +27,93 @@ func TestRun(t *testing.T) {
 		return rt
 	}
 
-	t.Run("all steps run in order with their stdin", func(t *testing.T) {
+	t.Run("stages every input as a file and the steps as a runner, then starts it", func(t *testing.T) {
 		g := NewWithT(t)
 		rt := newNode(g, nil)
-		g.Expect(Run(ctx, rt, "n1", cmds)).To(Succeed())
-		g.Expect(rt.Execs()).To(Equal([]fake.ExecCall{
-			{Container: "n1", Cmd: []string{"a"}},
-			{Container: "n1", Cmd: []string{"b"}, Stdin: []byte("input")},
-			{Container: "n1", Cmd: []string{"c"}, Stdin: []byte{}},
-		}))
+		g.Expect(Start(ctx, rt, "n1", cmds)).To(Succeed())
+		execs := rt.Execs()
+		g.Expect(execs).To(HaveLen(5), "prepare, two inputs, the runner, the launch")
+		g.Expect(execs[0].Cmd[2]).To(ContainSubstring("rm -rf " + runDir))
+		g.Expect(execs[1].Cmd[4]).To(Equal(runDir + "/1.stdin"))
+		g.Expect(execs[1].Stdin).To(Equal([]byte("input")))
+		g.Expect(execs[2].Cmd[4]).To(Equal(runDir + "/2.stdin"))
+		g.Expect(execs[2].Stdin).To(Equal([]byte{}))
+		g.Expect(execs[3].Cmd[4]).To(Equal(runDir + "/run.sh"))
+		runner := string(execs[3].Stdin)
+		g.Expect(runner).To(ContainSubstring(`step 0 'first' 'a' 'it'\''s $HOME'` + "\n"))
+		g.Expect(runner).To(ContainSubstring("step 1 'second line' 'b'\n"), "a step name stays on one line of the report")
+		g.Expect(runner).To(ContainSubstring("step 2 'third' 'c'\n"))
+		g.Expect(execs[4].Cmd[2]).To(ContainSubstring("setsid"))
+		g.Expect(execs[4].Stdin).To(BeNil())
+		for _, e := range execs {
+			g.Expect(strings.Join(e.Cmd, " ")).ToNot(ContainSubstring("input"), "bootstrap data is never an argument of a staging exec")
+		}
 	})
 
-	t.Run("a failing step stops the run with a StepError that keeps stderr out of its message", func(t *testing.T) {
+	t.Run("a staging exec that fails stops the start before the launch", func(t *testing.T) {
 		g := NewWithT(t)
 		rt := newNode(g, func(_ container.Container, cmd []string, _ []byte) (container.ExecResult, error) {
-			if cmd[0] == "b" {
-				return container.ExecResult{ExitCode: 2, Stderr: []byte("token abcdef.0123456789abcdef rejected")}, nil
+			if len(cmd) > 4 && strings.HasSuffix(cmd[4], "run.sh") {
+				return container.ExecResult{ExitCode: 1, Stderr: []byte("No space left on device")}, nil
 			}
 			return container.ExecResult{}, nil
 		})
-		err := Run(ctx, rt, "n1", cmds)
-		var stepErr *StepError
-		g.Expect(errors.As(err, &stepErr)).To(BeTrue())
-		g.Expect(*stepErr).To(Equal(StepError{Index: 1, Step: "second", ExitCode: 2, Stderr: []byte("token abcdef.0123456789abcdef rejected")}))
-		g.Expect(err.Error()).To(Equal("bootstrap step 1 (second) failed with exit code 2"))
-		g.Expect(rt.Execs()).To(HaveLen(2))
+		g.Expect(Start(ctx, rt, "n1", cmds)).To(MatchError(ContainSubstring("No space left on device")))
+		g.Expect(rt.Execs()).To(HaveLen(4))
 	})
 
 	t.Run("a node that stopped is the runtime's typed error", func(t *testing.T) {
 		g := NewWithT(t)
 		rt := newNode(g, nil)
 		g.Expect(rt.SetRunning("n1", false)).To(Succeed())
-		g.Expect(Run(ctx, rt, "n1", cmds)).To(MatchError(container.ErrNotRunning))
+		g.Expect(Start(ctx, rt, "n1", cmds)).To(MatchError(container.ErrNotRunning))
 	})
 }
 
 func TestCheck(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
-		exitCode int
-		want     State
-		wantErr  bool
+		name    string
+		res     container.ExecResult
+		want    Status
+		wantErr string
 	}{
-		{exitCode: 0, want: StateSucceeded},
-		{exitCode: 80, want: StateNotStarted},
-		{exitCode: 81, want: StateStarted},
-		{exitCode: 127, wantErr: true},
+		{name: "sentinel", res: container.ExecResult{ExitCode: 0}, want: Status{State: StateSucceeded}},
+		{name: "nothing ran", res: container.ExecResult{ExitCode: 80}, want: Status{State: StateNotStarted}},
+		{name: "runner gone without a result", res: container.ExecResult{ExitCode: 81}, want: Status{State: StateInterrupted}},
+		{name: "systemd not up", res: container.ExecResult{ExitCode: 82}, want: Status{State: StateBooting}},
+		{name: "running for 42s", res: container.ExecResult{ExitCode: 83, Stdout: []byte("42\n")}, want: Status{State: StateRunning, Elapsed: 42 * time.Second}},
+		{name: "running, garbled time", res: container.ExecResult{ExitCode: 83, Stdout: []byte("soon")}, wantErr: "running time"},
+		{
+			name: "a step failed",
+			res:  container.ExecResult{ExitCode: 84, Stdout: []byte("1\nruncmd[0]\n[preflight] error execution phase preflight\nmore\n")},
+			want: Status{State: StateFailed, Step: "runcmd[0]", ExitCode: 1, Output: []byte("[preflight] error execution phase preflight\nmore")},
+		},
+		{
+			name: "stopped by Stop",
+			res:  container.ExecResult{ExitCode: 84, Stdout: []byte("stopped\nruncmd[0]\n[kubelet-start] waiting\n")},
+			want: Status{State: StateFailed, Step: "runcmd[0]", Stopped: true, Output: []byte("[kubelet-start] waiting")},
+		},
+		{name: "failed, garbled report", res: container.ExecResult{ExitCode: 84, Stdout: []byte("x\n")}, wantErr: "exit code"},
+		{name: "no shell", res: container.ExecResult{ExitCode: 127, Stderr: []byte("exec: /bin/sh: not found")}, wantErr: "/bin/sh: not found"},
 	}
 	for _, tt := range tests {
-		g := NewWithT(t)
-		rt := fake.New("img")
-		rt.ExecHandler = func(_ container.Container, cmd []string, _ []byte) (container.ExecResult, error) {
-			g.Expect(cmd).To(Equal(SentinelCheck().Argv))
-			return container.ExecResult{ExitCode: tt.exitCode}, nil
-		}
-		_, err := rt.Create(ctx, container.Spec{Name: "n1", Image: "img"})
-		g.Expect(err).ToNot(HaveOccurred())
-		state, err := Check(ctx, rt, "n1")
-		if tt.wantErr {
-			g.Expect(err).To(HaveOccurred())
-			continue
-		}
-		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(state).To(Equal(tt.want))
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fake.New("img")
+			rt.ExecHandler = func(_ container.Container, cmd []string, _ []byte) (container.ExecResult, error) {
+				g.Expect(cmd).To(Equal(StatusCommand().Argv))
+				return tt.res, nil
+			}
+			_, err := rt.Create(ctx, container.Spec{Name: "n1", Image: "img"})
+			g.Expect(err).ToNot(HaveOccurred())
+			status, err := Check(ctx, rt, "n1")
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(status).To(Equal(tt.want))
+		})
 	}
 }
