@@ -27,13 +27,15 @@ func TestDockerMachinePoolDeleteWithoutMachinePool(t *testing.T) {
 		ownerRef bool
 		// cluster is whether the Cluster still exists.
 		cluster bool
-		// machines are DockerMachinePoolMachines of the pool's containers, which go first.
-		machines bool
+		// machines is how many of the pool's two containers have a DockerMachinePoolMachine, which
+		// goes first; the others' are already gone.
+		machines int
 	}{
 		{name: "MachinePool never set its owner reference", cluster: true},
 		{name: "MachinePool already gone", ownerRef: true, cluster: true},
 		{name: "MachinePool and Cluster already gone", ownerRef: true},
-		{name: "MachinePool gone, the pool's machines go first", ownerRef: true, cluster: true, machines: true},
+		{name: "MachinePool gone, the pool's machines go first", ownerRef: true, cluster: true, machines: 2},
+		{name: "one machine already gone: its container goes all the same", ownerRef: true, cluster: true, machines: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,8 +79,8 @@ func TestDockerMachinePoolDeleteWithoutMachinePool(t *testing.T) {
 			foreign.Labels[infrav1.PoolUIDLabel] = "other-pool-uid"
 			rt.Add(foreign)
 
-			if tt.machines {
-				for _, name := range own {
+			if tt.machines > 0 {
+				for _, name := range own[:tt.machines] {
 					objs = append(objs, &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
 						Namespace: testNamespace, Name: name,
 						Labels: map[string]string{
@@ -93,12 +95,12 @@ func TestDockerMachinePoolDeleteWithoutMachinePool(t *testing.T) {
 			r, _ := newTestReconciler(g, objs, rt)
 			req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}}
 
-			if tt.machines {
+			if tt.machines > 0 {
 				_, err := r.Reconcile(ctx, req)
 				g.Expect(err).ToNot(HaveOccurred())
 				// Containers go through their machines first, so that Cluster API removes the Nodes.
 				g.Expect(rt.Containers()).To(HaveLen(3))
-				for _, name := range own {
+				for _, name := range own[:tt.machines] {
 					m := &infrav1.DockerMachinePoolMachine{}
 					g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
 					g.Expect(m.DeletionTimestamp.IsZero()).To(BeFalse(), "DockerMachinePoolMachine %s is not being deleted", name)
