@@ -110,7 +110,14 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machine.ObjectMeta)
-	if err != nil {
+	switch {
+	case err == nil:
+	case !machine.DeletionTimestamp.IsZero() && (apierrors.IsNotFound(pkgerrors.Cause(err)) || pkgerrors.Is(err, util.ErrNoCluster)):
+		// Deletion does not wait for a Cluster that is gone: ownContainer still checks that the
+		// container is this machine's before it is removed.
+		log.V(4).Info("Cluster is gone, deleting the machine without it")
+		cluster = nil
+	default:
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of DockerMachinePoolMachine %s", klog.KObj(machine))
 	}
 	if machine.DeletionTimestamp.IsZero() {
@@ -122,8 +129,10 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create patch helper for DockerMachinePoolMachine %s", klog.KObj(machine))
 	}
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, machine); err != nil || isPaused || requeue {
-		return ctrl.Result{}, err
+	if cluster != nil {
+		if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, machine); err != nil || isPaused || requeue {
+			return ctrl.Result{}, err
+		}
 	}
 
 	s := &machineScope{cluster: cluster, machine: machine}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -147,31 +148,44 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 	}
 }
 
+// TestDockerMachinePoolMachineDelete: a machine being deleted removes its own container and
+// releases its finalizer, with or without its Cluster.
 func TestDockerMachinePoolMachineDelete(t *testing.T) {
-	g := NewWithT(t)
-	const name = "workers-gone1"
-	now := metav1.Now()
-	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
-	objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
-		Namespace: testNamespace, Name: name, DeletionTimestamp: &now,
-		Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
-		OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
-		Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
-	}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
-	rt := fakeruntime.New()
-	rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
-	rt.Add(nodeContainer(g, "someone-elses", "v1.31.0", time.Now()))
-	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
-		WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).Build()
-	r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt}
+	for _, clusterGone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cluster gone: %t", clusterGone), func(t *testing.T) {
+			g := NewWithT(t)
+			const name = "workers-gone1"
+			now := metav1.Now()
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
+			var objs []client.Object
+			for _, o := range w.objects() {
+				if _, ok := o.(*clusterv1.Cluster); ok && clusterGone {
+					continue
+				}
+				objs = append(objs, o)
+			}
+			objs = append(objs, &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
+				Namespace: testNamespace, Name: name, DeletionTimestamp: &now,
+				Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+				OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
+				Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
+			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
+			rt := fakeruntime.New()
+			rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
+			rt.Add(nodeContainer(g, "someone-elses", "v1.31.0", time.Now()))
+			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
+				WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).Build()
+			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt}
 
-	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
-	g.Expect(err).ToNot(HaveOccurred())
-	g.Expect(rt.Containers()).To(HaveLen(1))
-	g.Expect(rt.Containers()[0].Name).To(Equal("someone-elses"))
-	// The finalizer is gone, so the object is.
-	err = c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, &infrav1.DockerMachinePoolMachine{})
-	g.Expect(err).To(HaveOccurred())
+			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(rt.Containers()).To(HaveLen(1))
+			g.Expect(rt.Containers()[0].Name).To(Equal("someone-elses"))
+			// The finalizer is gone, so the object is.
+			err = c.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: name}, &infrav1.DockerMachinePoolMachine{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "DockerMachinePoolMachine still exists: %v", err)
+		})
+	}
 }
 
 // TestDockerMachinePoolMachineForeignContainer: a DockerMachinePoolMachine named after a
