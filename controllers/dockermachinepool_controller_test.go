@@ -506,11 +506,15 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 		name string
 		// controlPlane is the control plane's version: v1.30.0 keeps the gate closed for the
 		// MachinePool's v1.31.0, v1.31.0 admits it.
-		controlPlane       string
+		controlPlane string
+		// machinePool is the MachinePool's version, v1.31.0 unless set; replicas 1 unless set.
+		machinePool        string
+		replicas           int32
 		mutate             func([]client.Object) []client.Object
 		wantReason         string
 		wantTokenKept      bool
 		wantCreatedVersion string
+		wantNothingCreated bool
 	}{
 		{name: "the pool's own KubeadmConfig with a token: refreshed", controlPlane: "v1.30.0",
 			wantReason: infrav1.BootstrapDataRefreshingReason},
@@ -528,6 +532,17 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 				return objs
 			},
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true, wantCreatedVersion: "v1.31.0"},
+		{name: "another bootstrap provider's data, which the new containers' kubeadm cannot read: creation holds",
+			controlPlane: "v1.30.0", machinePool: "v1.30.0", replicas: 2,
+			mutate: func(objs []client.Object) []client.Object {
+				for _, o := range objs {
+					if mp, ok := o.(*clusterv1.MachinePool); ok {
+						mp.Spec.Template.Spec.Bootstrap.ConfigRef.Kind = "TalosConfig"
+					}
+				}
+				return objs
+			},
+			wantReason: unreadableJoinConfigurationReason, wantTokenKept: true, wantNothingCreated: true},
 		{name: "the MachinePool names a Secret its KubeadmConfig did not write: no token revoked", controlPlane: "v1.30.0",
 			mutate: func(objs []client.Object) []client.Object {
 				for _, o := range objs {
@@ -555,7 +570,11 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			w := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true,
+			machinePool, replicas := "v1.31.0", int32(1)
+			if tt.machinePool != "" {
+				machinePool, replicas = tt.machinePool, tt.replicas
+			}
+			w := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: machinePool, replicas: replicas, dataSecret: true,
 				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
 					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: time.Now().Add(-time.Hour)}}}
 			objs := w.objects()
@@ -588,6 +607,9 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 			if tt.wantCreatedVersion != "" {
 				g.Expect(versionsOf(rt.Containers())).To(ContainElement(tt.wantCreatedVersion), "%+v", pool.Status.Conditions)
 				g.Expect(pool.Status.VersionGate.WaitingSince).To(BeNil(), "the pause the gate ended is over")
+			}
+			if tt.wantNothingCreated {
+				g.Expect(rt.Containers()).To(HaveLen(1), "%+v", pool.Status.Conditions)
 			}
 		})
 	}

@@ -85,7 +85,9 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		}
 		if notRefreshable != "" {
 			r.notRefreshable(s, why, notRefreshable)
-			return ctrl.Result{}, nil
+			// The data is used as it is: still, no kubeadm gets data it cannot read.
+			_, err := blockIfUnreadable(s, data, "; it cannot be refreshed: "+notRefreshable)
+			return ctrl.Result{}, err
 		}
 		if s.creation.blockedReason == "" && s.creation.count > 0 {
 			s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
@@ -94,34 +96,43 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		return r.requestBootstrapRefresh(ctx, s, target, why)
 	}
 
-	if s.creation.count == 0 || s.creation.version == "" {
-		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
+	unreadable, err := blockIfUnreadable(s, data, "")
+	if err != nil || unreadable == "" {
+		if err == nil {
+			conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
+		}
+		return ctrl.Result{}, err
+	}
+	if s.creation.version != s.targetVersion {
 		return ctrl.Result{}, nil
 	}
-	msg, err := unreadableBy(data, s.creation.version)
+	// Rendered for another version: a re-render uses the MachinePool's version.
+	target, notRefreshable, err := r.refreshTargetOf(ctx, s, data)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if msg != "" {
-		s.creation.blockedReason, s.creation.blockedMessage = unreadableJoinConfigurationReason, msg
-		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason, msg))
-		if s.creation.version != s.targetVersion {
-			return ctrl.Result{}, nil
-		}
-		// Rendered for another version: a re-render uses the MachinePool's version.
-		target, notRefreshable, err := r.refreshTargetOf(ctx, s, data)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if notRefreshable != "" {
-			conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason,
-				msg+"; it cannot be refreshed: "+notRefreshable))
-			return ctrl.Result{}, nil
-		}
-		return r.requestBootstrapRefresh(ctx, s, target, msg)
+	if notRefreshable != "" {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason,
+			unreadable+"; it cannot be refreshed: "+notRefreshable))
+		return ctrl.Result{}, nil
 	}
-	conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
-	return ctrl.Result{}, nil
+	return r.requestBootstrapRefresh(ctx, s, target, unreadable)
+}
+
+// blockIfUnreadable holds the creation when the kubeadm of the containers to create cannot read
+// the data's JoinConfiguration, and says so in BootstrapDataFresh (its message ends with
+// suffix). It returns why, "" when the data is readable or nothing is to be created.
+func blockIfUnreadable(s *poolScope, data *bootstrap.Data, suffix string) (string, error) {
+	if s.creation.count == 0 || s.creation.version == "" {
+		return "", nil
+	}
+	msg, err := unreadableBy(data, s.creation.version)
+	if err != nil || msg == "" {
+		return "", err
+	}
+	s.creation.blockedReason, s.creation.blockedMessage = unreadableJoinConfigurationReason, msg
+	conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, unreadableJoinConfigurationReason, msg+suffix))
+	return msg, nil
 }
 
 // unreadableBy says why the kubeadm of version cannot read the data's JoinConfiguration, ""
