@@ -162,6 +162,44 @@ func TestBootstrapFails(t *testing.T) {
 	g.Expect(c.containers()).To(HaveLen(1), "a failed container is not replaced in a loop")
 }
 
+// TestManagerRestartMidBootstrap: bootstraps run in their containers, detached from the
+// controller. More containers than the manager has workers bootstrap at once, and a manager
+// restarted in the middle finds them running, waits, and sees each finish; none is failed and
+// none bootstraps twice.
+func TestManagerRestartMidBootstrap(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const replicas = 7 // the manager has 5 workers per controller
+	const runs = "/var/lib/capdmp-test-bootstrap-runs"
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: replicas,
+		preKubeadmCommands: []string{"echo run >> " + runs, "while [ ! -f /tmp/go-on ]; do sleep 0.2; done"}})
+	allBootstrapping := func(g Gomega) {
+		machines := &infrav1.DockerMachinePoolMachineList{}
+		g.Expect(mgmt.List(ctx, machines, client.InNamespace(c.namespace))).To(Succeed())
+		g.Expect(machines.Items).To(HaveLen(replicas))
+		for i := range machines.Items {
+			m := &machines.Items[i]
+			g.Expect(conditions.GetReason(m, infrav1.ContainerProvisionedCondition)).To(Equal(infrav1.BootstrappingReason), m.Name)
+		}
+	}
+	g.Eventually(allBootstrapping, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
+
+	restartManager(t)
+	g.Consistently(allBootstrapping, 5*time.Second, 500*time.Millisecond).Should(Succeed())
+
+	for _, ct := range c.containers() {
+		res, err := engine.Exec(ctx, ct.Name, []string{"touch", "/tmp/go-on"}, nil)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(res.ExitCode).To(BeZero())
+	}
+	c.waitForReady(replicas, v131, 2*time.Minute)
+	for _, ct := range c.containers() {
+		res, err := engine.Exec(ctx, ct.Name, []string{"cat", runs}, nil)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(string(res.Stdout)).To(Equal("run\n"), "container %s bootstrapped once", ct.Name)
+	}
+}
+
 // TestMissingImage: an image that is not on the engine is reported by name and never pulled.
 func TestMissingImage(t *testing.T) {
 	g := NewWithT(t)
