@@ -325,7 +325,8 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 		machine.Labels = map[string]string{}
 	}
 	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
-	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason, "The bootstrap runs in the container"))
+	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason,
+		fmt.Sprintf("The bootstrap runs in the container; it is stopped if it runs longer than %s", bootstrapTimeoutOf(pool))))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)
 	return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
@@ -341,8 +342,11 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	}
 	timeout := bootstrapTimeoutOf(pool)
 	if status.Elapsed <= timeout {
+		// A message that does not change with every look: each change is a patch, and each patch
+		// another reconcile.
 		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason,
-			"The bootstrap runs in the container since "+status.Elapsed.String()))
+			fmt.Sprintf("The bootstrap runs in the container; it is stopped if it runs longer than %s", timeout)))
+		ctrl.LoggerFrom(ctx).V(4).Info("Bootstrap running", "container", machine.Name, "elapsed", status.Elapsed)
 		return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
 	}
 	if err := bootstrap.Stop(ctx, r.Runtime, machine.Name); err != nil {
@@ -372,12 +376,9 @@ func bootstrapTimeoutOf(pool *infrav1.DockerMachinePool) time.Duration {
 // failedBootstrapMessage names the step of a failed bootstrap, its exit code and the end of its
 // output: the output of kubeadm and friends, never the bootstrap data itself.
 func failedBootstrapMessage(status bootstrap.Status) string {
-	msg := "Bootstrap step " + status.Step
-	switch {
-	case status.Stopped:
-		msg += " was stopped"
-	default:
-		msg += " exited with code " + itoa(status.ExitCode)
+	msg := "Bootstrap step " + status.Step + " exited with code " + itoa(status.ExitCode)
+	if status.Stopped {
+		msg = "Bootstrap step " + status.Step + " was stopped"
 	}
 	if len(status.Output) > 0 {
 		msg += ": " + string(status.Output)

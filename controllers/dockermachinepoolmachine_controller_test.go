@@ -59,7 +59,7 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 		{name: "already bootstrapped (sentinel): not run again", status: container.ExecResult{ExitCode: 0},
 			wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
 		{name: "a bootstrap that runs (a restarted controller finds it): waits, starts nothing", status: running("42"),
-			wantReason: infrav1.BootstrappingReason, wantMessage: "since 42s", wantRequeue: bootstrapPollInterval},
+			wantReason: infrav1.BootstrappingReason, wantMessage: "stopped if it runs longer than 3m0s", wantRequeue: bootstrapPollInterval},
 		{name: "a bootstrap past the pool's timeout: stopped, failed with the step it was in",
 			status:      running("181"),
 			afterStop:   container.ExecResult{ExitCode: 84, Stdout: []byte("stopped\nruncmd[1]\n[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap\n")},
