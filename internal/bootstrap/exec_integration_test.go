@@ -133,6 +133,7 @@ echo "first" > /etc/capdmp/appended`
 
 		g.Expect(state(g, node)).To(Equal(bootstrap.StateNotStarted))
 		g.Expect(runAll(t, g, node, cmds).State).To(Equal(bootstrap.StateSucceeded))
+		g.Expect(sh(g, node, "ls /var/lib/capdmp/bootstrap")).ToNot(ContainSubstring(".stdin"), "the staged data, token included, is gone")
 
 		g.Expect(sh(g, node, "stat -c '%a %U:%G' /etc/capdmp/plain.conf /etc/capdmp/b64 /etc/capdmp/owned /run/kubeadm/kubeadm-join-config.yaml")).To(Equal(
 			"600 root:root\n644 root:root\n640 nobody:nogroup\n640 root:root\n"))
@@ -176,6 +177,7 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(s.ExitCode).To(Equal(1))
 		g.Expect(string(s.Output)).To(Equal("kubeadm failed"))
 		g.Expect(status(g, node)).To(Equal(s), "the result stays")
+		g.Expect(sh(g, node, "ls /var/lib/capdmp/bootstrap")).ToNot(ContainSubstring(".stdin"), "the staged data, token included, is gone")
 		res, err := d.Exec(ctx, node, []string{"test", "-e", "/tmp/post"}, nil)
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Expect(res.ExitCode).ToNot(BeZero(), "post-kubeadm commands must not run after a failed join")

@@ -196,12 +196,14 @@ p=$(cat "$d/pid" 2>/dev/null)
 if [ -n "$p" ]; then kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; fi
 n=$(sed -n 1p "$d/current" 2>/dev/null)
 { echo %s; sed -n 2p "$d/current" 2>/dev/null; [ -z "$n" ] || tail -c %d "$d/$n.out" 2>/dev/null; } > "$d/failed.tmp"
-mv "$d/failed.tmp" "$d/failed"`, runDir, stoppedMark, outputLimit)
+mv "$d/failed.tmp" "$d/failed"
+rm -f "$d"/*.stdin`, runDir, stoppedMark, outputLimit)
 	return execOK(ctx, e, node, "stop the bootstrap", []string{"/bin/sh", "-c", stop}, nil)
 }
 
-// runnerScript runs the steps in order, each with its staged stdin and its output kept, and
-// reports the first that fails in $d/failed. Every argument is quoted, never interpreted.
+// runnerScript runs the steps in order, each with its staged stdin and its output kept, reports
+// the first that fails in $d/failed, and removes the staged inputs. Every argument is quoted,
+// never interpreted.
 func runnerScript(cmds []Command) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, `d=%s
@@ -215,6 +217,7 @@ step() {
   [ "$rc" -eq 0 ] && return 0
   { echo "$rc"; echo "$name"; tail -c %d "$d/$n.out"; } > "$d/failed.tmp"
   mv "$d/failed.tmp" "$d/failed"
+  rm -f "$d"/*.stdin
   exit "$rc"
 }
 `, runDir, outputLimit)
@@ -226,6 +229,8 @@ step() {
 		}
 		b.WriteString("\n")
 	}
+	// The inputs hold the bootstrap data, its token too: they go once the steps have run.
+	b.WriteString(`rm -f "$d"/*.stdin` + "\n")
 	return []byte(b.String())
 }
 
