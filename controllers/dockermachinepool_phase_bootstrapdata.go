@@ -97,11 +97,12 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 	}
 
 	unreadable, err := blockIfUnreadable(s, data, "")
-	if err != nil || unreadable == "" {
-		if err == nil {
-			conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
-		}
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if unreadable == "" {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
+		return ctrl.Result{}, nil
 	}
 	if s.creation.version != s.targetVersion {
 		return ctrl.Result{}, nil
