@@ -95,6 +95,8 @@ func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Contex
 type machineScope struct {
 	cluster *clusterv1.Cluster
 	machine *infrav1.DockerMachinePoolMachine
+	// pool is the machine's DockerMachinePool, once ownContainer has found the container its own.
+	pool *infrav1.DockerMachinePool
 }
 
 // Reconcile reconciles one DockerMachinePoolMachine.
@@ -163,7 +165,7 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 func (r *DockerMachinePoolMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	conditions.Set(s.machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.DeletingReason, "Deleting the container"))
-	_, err := r.ownContainer(ctx, s.machine)
+	_, _, err := r.ownContainer(ctx, s.machine)
 	switch {
 	case pkgerrors.Is(err, container.ErrNotFound):
 	case pkgerrors.Is(err, errNotOwned) || pkgerrors.Is(err, errNoOwnerPool):
@@ -192,24 +194,25 @@ var errNoOwnerPool = pkgerrors.New("the machine's DockerMachinePool does not exi
 // machine made it for the machine's Cluster: the container carries that pool's UID and the
 // Cluster's name. To the engine a DockerMachinePoolMachine is only a name: without the check,
 // whoever may create one could have CAPDMP exec into or remove any container of the engine.
-func (r *DockerMachinePoolMachineReconciler) ownContainer(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (container.Container, error) {
+// It returns the container and that pool.
+func (r *DockerMachinePoolMachineReconciler) ownContainer(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (container.Container, *infrav1.DockerMachinePool, error) {
 	c, err := r.Runtime.Inspect(ctx, machine.Name)
 	if err != nil {
 		if pkgerrors.Is(err, container.ErrNotFound) {
-			return container.Container{}, err
+			return container.Container{}, nil, err
 		}
-		return container.Container{}, pkgerrors.Wrapf(err, "failed to inspect container %s", machine.Name)
+		return container.Container{}, nil, pkgerrors.Wrapf(err, "failed to inspect container %s", machine.Name)
 	}
 	pool, err := r.ownerPool(ctx, machine)
 	if err != nil {
-		return container.Container{}, err
+		return container.Container{}, nil, err
 	}
 	clusterName := machine.Labels[clusterv1.ClusterNameLabel]
 	if c.Labels[infrav1.PoolUIDLabel] != string(pool.UID) || c.Labels[infrav1.ClusterNameLabel] != clusterName {
-		return container.Container{}, pkgerrors.Wrapf(errNotOwned, "container %s does not carry the labels of DockerMachinePool %s of Cluster %s",
+		return container.Container{}, nil, pkgerrors.Wrapf(errNotOwned, "container %s does not carry the labels of DockerMachinePool %s of Cluster %s",
 			machine.Name, klog.KObj(pool), klog.KRef(machine.Namespace, clusterName))
 	}
-	return c, nil
+	return c, pool, nil
 }
 
 // refuseContainer reports, in a condition and an event, that the machine's container is left
@@ -222,7 +225,7 @@ func (r *DockerMachinePoolMachineReconciler) refuseContainer(machine *infrav1.Do
 
 func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
 	machine := s.machine
-	c, err := r.ownContainer(ctx, machine)
+	c, pool, err := r.ownContainer(ctx, machine)
 	switch {
 	case pkgerrors.Is(err, container.ErrNotFound):
 		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotFoundReason,
@@ -234,6 +237,7 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	case err != nil:
 		return ctrl.Result{}, err
 	}
+	s.pool = pool
 	machine.Status.Addresses = addressesOf(c)
 	if !c.Running {
 		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotRunningReason, "The container does not run"))
@@ -279,9 +283,10 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context, s *machineScope, c container.Container) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	machine := s.machine
-	pool, machinePool, err := r.poolOf(ctx, machine)
-	if err != nil {
-		return ctrl.Result{}, err
+	pool := s.pool
+	machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
+	if err != nil || machinePool == nil {
+		return ctrl.Result{}, pkgerrors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
 	}
 	name := ptr.Deref(machinePool.Spec.Template.Spec.Bootstrap.DataSecretName, "")
 	if name == "" {
@@ -325,8 +330,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 		machine.Labels = map[string]string{}
 	}
 	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
-	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason,
-		fmt.Sprintf("The bootstrap runs in the container; it is stopped if it runs longer than %s", bootstrapTimeoutOf(pool))))
+	markBootstrapping(machine, bootstrapTimeoutOf(pool))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)
 	return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
@@ -336,16 +340,9 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 // bootstrapTimeout.
 func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context, s *machineScope, status bootstrap.Status) (ctrl.Result, error) {
 	machine := s.machine
-	pool, err := r.ownerPool(ctx, machine)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	timeout := bootstrapTimeoutOf(pool)
+	timeout := bootstrapTimeoutOf(s.pool)
 	if status.Elapsed <= timeout {
-		// A message that does not change with every look: each change is a patch, and each patch
-		// another reconcile.
-		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason,
-			fmt.Sprintf("The bootstrap runs in the container; it is stopped if it runs longer than %s", timeout)))
+		markBootstrapping(machine, timeout)
 		ctrl.LoggerFrom(ctx).V(4).Info("Bootstrap running", "container", machine.Name, "elapsed", status.Elapsed)
 		return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
 	}
@@ -363,6 +360,13 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	}
 	r.markBootstrapFailed(machine, msg)
 	return ctrl.Result{}, nil
+}
+
+// markBootstrapping reports a running bootstrap. The message does not change while it runs:
+// each change is a patch, and each patch another reconcile.
+func markBootstrapping(machine *infrav1.DockerMachinePoolMachine, timeout time.Duration) {
+	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrappingReason,
+		fmt.Sprintf("The bootstrap runs in the container; it is stopped if it runs longer than %s", timeout)))
 }
 
 // bootstrapTimeoutOf is the pool's bootstrapTimeout, or the default when the webhook did not set it.
@@ -415,19 +419,6 @@ func (r *DockerMachinePoolMachineReconciler) markProvisioned(machine *infrav1.Do
 func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav1.DockerMachinePoolMachine, msg string) {
 	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrapFailedReason, msg))
 	r.eventf(machine, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, "Bootstrap of container %s failed: %s", machine.Name, msg)
-}
-
-// poolOf returns the DockerMachinePool a machine belongs to and its MachinePool.
-func (r *DockerMachinePoolMachineReconciler) poolOf(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (*infrav1.DockerMachinePool, *clusterv1.MachinePool, error) {
-	pool, err := r.ownerPool(ctx, machine)
-	if err != nil {
-		return nil, nil, err
-	}
-	machinePool, err := util.GetOwnerMachinePool(ctx, r.Client, pool.ObjectMeta)
-	if err != nil || machinePool == nil {
-		return nil, nil, pkgerrors.Errorf("failed to get the MachinePool of DockerMachinePool %s: %v", klog.KObj(pool), err)
-	}
-	return pool, machinePool, nil
 }
 
 // ownerPool returns the DockerMachinePool the machine's owner reference names, in the machine's
