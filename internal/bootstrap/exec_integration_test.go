@@ -213,25 +213,27 @@ echo "first" > /etc/capdmp/appended`
 		g.Expect(sh(g, node, "test ! -e /etc/kubeadm.yml && test -e /tmp/kubeadm.yml && echo moved")).To(Equal("moved\n"))
 	})
 
-	// A slow bootstrap: the join waits until the test lets it go, as kubeadm waits for a TLS
-	// bootstrap. The runner is detached: Start returns at once, and whoever checks later (a
-	// restarted controller) finds it running, then finished.
-	slowData := func(g Gomega) *bootstrap.Data {
+	// startSlow starts a slow bootstrap in a new node: its first runcmd waits until the test
+	// lets it go, as kubeadm waits for a TLS bootstrap. The runner is detached: Start returns at
+	// once, and whoever checks later (a restarted controller) finds it running, then finished.
+	startSlow := func(t *testing.T, g Gomega, name string) string {
+		t.Helper()
+		node := newNode(t, name)
 		in := baseUserData
 		in.PreKubeadmCommands = []string{"while [ ! -f /tmp/go-on ]; do sleep 0.1; done; touch /tmp/let-go"}
 		value, err := cloudinit.NewNode(&cloudinit.NodeInput{BaseUserData: in, JoinConfiguration: joinConfiguration(g)})
 		g.Expect(err).ToNot(HaveOccurred())
 		data, err := bootstrap.NewData(value, bootstrap.FormatCloudConfig)
 		g.Expect(err).ToNot(HaveOccurred())
-		return data
+		cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: node})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		return node
 	}
 
 	t.Run("a running bootstrap is found running, then finished", func(t *testing.T) {
 		g := NewWithT(t)
-		node := newNode(t, "slow")
-		cmds, err := bootstrap.Commands(slowData(g), bootstrap.Vars{Hostname: node})
-		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		node := startSlow(t, g, "slow")
 		g.Consistently(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateRunning)) }, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 		g.Expect(status(g, node).Elapsed).To(BeNumerically(">=", time.Second))
 		sh(g, node, "touch /tmp/go-on")
@@ -241,10 +243,7 @@ echo "first" > /etc/capdmp/appended`
 
 	t.Run("Stop ends the whole runner and reports the step it cut short", func(t *testing.T) {
 		g := NewWithT(t)
-		node := newNode(t, "stop")
-		cmds, err := bootstrap.Commands(slowData(g), bootstrap.Vars{Hostname: node})
-		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		node := startSlow(t, g, "stop")
 		g.Eventually(func(g Gomega) { g.Expect(sh(g, node, "ps -o args")).To(ContainSubstring("sleep")) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 		g.Expect(bootstrap.Stop(ctx, d, node)).To(Succeed())
 		s := status(g, node)
@@ -260,12 +259,10 @@ echo "first" > /etc/capdmp/appended`
 			g.Expect(res.ExitCode).ToNot(BeZero(), "%s: the step and the join never ran on after Stop", mark)
 		}
 	})
+
 	t.Run("a runner killed without a result is Interrupted, never run again", func(t *testing.T) {
 		g := NewWithT(t)
-		node := newNode(t, "kill")
-		cmds, err := bootstrap.Commands(slowData(g), bootstrap.Vars{Hostname: node})
-		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(bootstrap.Start(ctx, d, node, cmds)).To(Succeed())
+		node := startSlow(t, g, "kill")
 		g.Eventually(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateRunning)) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 		// What a restart of the node does to the runner, without its report.
 		sh(g, node, "kill -KILL -$(cat /var/lib/capdmp/bootstrap/pid)")
