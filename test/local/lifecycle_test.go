@@ -78,7 +78,12 @@ func noChangeReconcileCalls(t *testing.T, c *testCluster) int64 {
 func TestDeleteOneMachine(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 3})
+	// One container first, the two others after it is ready: the engine lists creation times in
+	// whole seconds, and three created in one reconcile can share a second.
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 1})
+	c.waitForReady(1, v131, 2*time.Minute)
+	time.Sleep(time.Second)
+	c.setReplicas(3)
 	c.waitForReady(3, v131, 2*time.Minute)
 
 	machines := &clusterv1.MachineList{}
