@@ -94,9 +94,25 @@ real-tier: envtest-binaries test-realnode
 include hack/node-images/node-images.mk
 
 ##@ Run
+# The node images `make run` makes sure of (the newest one's kubectl becomes bin/kubectl), and the
+# flags of the management plane (cmd/management-plane: --data-dir, --fresh, ...).
+RUN_NODE_IMAGE_VERSIONS ?= v1.36.3 v1.37.2
+RUN_FLAGS ?=
+
 .PHONY: run
-run: envtest-binaries docker-engine ## Run the manager on an embedded control plane and a local Docker engine (the main job)
-	eval "$$(hack/docker-engine.sh env)" && go run . --embedded --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:9440
+run: envtest-binaries docker-engine ## The main job: a whole Cluster API management plane on this machine, with CAPDMP (builds the node images first)
+	@echo "make run: node images $(RUN_NODE_IMAGE_VERSIONS) (from source when missing: about 15 minutes a version, cached after)"
+	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(RUN_NODE_IMAGE_VERSIONS)"
+	$(MAKE) run-binaries
+	@eval "$$(hack/docker-engine.sh env)" && exec $(BIN)/management-plane $(RUN_FLAGS)
+
+.PHONY: run-binaries
+run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl and bin/kubectl (the Kubernetes build of the newest RUN_NODE_IMAGE_VERSIONS)
+	go build -o $(BIN)/manager .
+	go build -o $(BIN)/management-plane ./cmd/management-plane
+	go build -o $(BIN)/clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
+	kube="$$($(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/kube-binaries.sh $(lastword $(RUN_NODE_IMAGE_VERSIONS)))" && \
+	  ln -sf "$$kube/kubectl" $(BIN)/kubectl
 
 DEMO_FROM ?= v1.36.3
 DEMO_TO ?= v1.37.2

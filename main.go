@@ -1,6 +1,6 @@
-// Command manager runs the CAPDMP controllers: DockerMachinePool and DockerMachinePoolMachine.
-// With --embedded it first starts a local management API server (kube-apiserver and etcd built
-// by hack/envtest-binaries.sh) with Cluster API's and CAPDMP's CRDs, and runs against it.
+// Command manager runs the CAPDMP controllers, DockerMachinePool and DockerMachinePoolMachine, and
+// their webhooks against the management cluster of its kubeconfig (or its in-cluster config). It
+// is what the image runs; cmd/management-plane runs it beside a local management plane.
 package main
 
 import (
@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -33,14 +32,11 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/embedded"
 	"github.com/capdmp/capdmp/internal/webhooks"
 )
 
 // options are the manager's flags.
 type options struct {
-	embedded            bool
-	embeddedKubeconfig  string
 	leaderElect         bool
 	metricsBindAddr     string
 	healthProbeBindAddr string
@@ -57,14 +53,12 @@ type options struct {
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.embedded, "embedded", false, "Start a local management API server (kube-apiserver + etcd from bin/envtest) with the Cluster API and CAPDMP CRDs and run against it.")
-	fs.StringVar(&o.embeddedKubeconfig, "embedded-kubeconfig", "_artifacts/embedded.kubeconfig", "Where --embedded writes the kubeconfig of its API server.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Enable leader election, so that only one manager is active.")
 	fs.StringVar(&o.metricsBindAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.healthProbeBindAddr, "health-probe-bind-address", ":9440", "Address of the health probes.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
-	fs.BoolVar(&o.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks (off with --embedded, which has no certificates).")
+	fs.BoolVar(&o.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks.")
 	fs.StringVar(&o.dockerNetwork, "docker-network", controllers.DefaultNetwork, "Docker network of the pools' containers (kind's network by default; 'host' for tests that reach loopback API servers).")
 	fs.DurationVar(&o.containerSyncPeriod, "container-sync-period", controllers.DefaultContainerSyncPeriod, "How often pools re-list their containers to notice ones removed behind the controller's back.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects with the label %s set to this value.", clusterv1.WatchLabel))
@@ -106,21 +100,9 @@ func newScheme() *runtime.Scheme {
 
 func run(ctx context.Context, o *options) error {
 	log := ctrl.LoggerFrom(ctx)
-	var cfg *rest.Config
-	if o.embedded {
-		plane, err := embedded.Start(ctx, o.embeddedKubeconfig)
-		if err != nil {
-			return fmt.Errorf("starting the embedded control plane: %w", err)
-		}
-		defer plane.Stop()
-		cfg = plane.Config
-		o.enableWebhooks = false
-		fmt.Printf("Embedded management cluster ready: export KUBECONFIG=%s\n", plane.KubeconfigPath)
-	} else {
-		var err error
-		if cfg, err = ctrl.GetConfig(); err != nil {
-			return fmt.Errorf("loading kubeconfig: %w", err)
-		}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 
 	runtimeEngine, err := container.NewDocker()

@@ -357,6 +357,30 @@ func (d *Docker) ImageExists(ctx context.Context, image string) (bool, error) {
 	return true, nil
 }
 
+// ImageTags lists the tags of the images of repository (e.g. kindest/node) present on the
+// engine that carry the label withLabel (any value; every image when empty), sorted.
+func (d *Docker) ImageTags(ctx context.Context, repository, withLabel string) ([]string, error) {
+	filters := client.Filters{}.Add("reference", repository)
+	if withLabel != "" {
+		filters.Add("label", withLabel)
+	}
+	d.Count("ImageList")
+	res, err := d.client.ImageList(ctx, client.ImageListOptions{Filters: filters})
+	if err != nil {
+		return nil, fmt.Errorf("failed to list the images of %s: %w", repository, err)
+	}
+	var tags []string
+	for _, img := range res.Items {
+		for _, ref := range img.RepoTags {
+			if repo, tag, ok := strings.Cut(ref, ":"); ok && repo == repository {
+				tags = append(tags, tag)
+			}
+		}
+	}
+	slices.Sort(tags)
+	return slices.Compact(tags), nil
+}
+
 // SaveImages streams the images as a `docker save` tarball. Missing images are ErrImageNotFound.
 func (d *Docker) SaveImages(ctx context.Context, images []string) (io.ReadCloser, error) {
 	// The engine reports a missing image only after it started streaming; checking first gives

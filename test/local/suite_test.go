@@ -22,10 +22,10 @@ import (
 
 	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/envtest"
 	"github.com/capdmp/capdmp/test/nodeimage"
-	"github.com/capdmp/capdmp/test/realworld"
 )
 
 // Stub node image versions the scenarios use: four consecutive minors across kubeadm's
@@ -141,7 +141,7 @@ func startManager() error {
 		return err
 	}
 	setups := []func() error{
-		func() error { return realworld.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, tokenTTL) },
+		func() error { return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, tokenTTL) },
 		func() error {
 			return (&controllers.DockerMachinePoolReconciler{
 				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,

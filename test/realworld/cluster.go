@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,12 +23,9 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
-	kcpadmission "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks/admission"
-	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
 	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
@@ -80,11 +76,11 @@ type Cluster struct {
 // comes up as a user's would after `clusterctl generate cluster | kubectl apply -f -`. The pool
 // starts at spec.PoolVersion (the template puts the control plane's version everywhere).
 func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, error) {
-	objs, err := renderCluster(ctx, spec)
+	objs, err := renderCluster(spec)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{w: w, Namespace: spec.Name, Name: spec.Name, Pool: spec.Name + "-mp-0", ControlPlane: spec.Name + "-control-plane"}
+	c := w.Cluster(spec.Name, spec.Name)
 	if err := w.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", c.Namespace, err)
 	}
@@ -96,8 +92,8 @@ func (w *World) CreateCluster(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	return c, nil
 }
 
-// renderCluster returns Template's objects for spec, defaulted as the providers' webhooks would.
-func renderCluster(ctx context.Context, spec ClusterSpec) ([]unstructured.Unstructured, error) {
+// renderCluster returns Template's objects for spec.
+func renderCluster(spec ClusterSpec) ([]unstructured.Unstructured, error) {
 	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), Template))
 	if err != nil {
 		return nil, err
@@ -132,23 +128,22 @@ func renderCluster(ctx context.Context, spec ClusterSpec) ([]unstructured.Unstru
 				return nil, err
 			}
 		}
-		if err := applyDefaults(ctx, obj, spec); err != nil {
-			return nil, fmt.Errorf("defaulting %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		if err := customize(obj, spec); err != nil {
+			return nil, fmt.Errorf("customizing %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 	return objs, nil
 }
 
-// applyDefaults does what the providers' defaulting webhooks do in a management cluster: no
-// webhook server runs here. Cluster API's are exported and called as they are; CAPD's
-// DockerCluster defaulter is internal to its module, so its one default is repeated.
-func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec ClusterSpec) error {
-	var typed interface{ DeepCopyObject() runtime.Object }
-	var defaultObj func() error
+// customize applies spec's settings for the test tier to the template's objects; the management
+// plane's webhooks default them as they would any user's.
+func customize(obj *unstructured.Unstructured, spec ClusterSpec) error {
+	var typed any
+	var change func()
 	switch obj.GetKind() {
 	case "KubeadmControlPlane":
 		kcp := &controlplanev1.KubeadmControlPlane{}
-		typed, defaultObj = kcp, func() error {
+		typed, change = kcp, func() {
 			if spec.SkipAddons {
 				skipAddons(kcp)
 			}
@@ -161,28 +156,13 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec Clu
 				// own kube-apiserver, which a busy host starts minutes late.
 				kcp.Spec.KubeadmConfigSpec.JoinConfiguration.Timeouts.TLSBootstrapSeconds = seconds
 			}
-			return (&kcpadmission.KubeadmControlPlane{}).Default(ctx, kcp)
 		}
-	case "MachinePool":
-		mp := &clusterv1.MachinePool{}
-		createCtx := admission.NewContextWithRequest(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Create}})
-		typed, defaultObj = mp, func() error { return (&coreadmission.MachinePool{}).Default(createCtx, mp) }
 	case "DockerMachineTemplate":
 		dmt := &capdv1.DockerMachineTemplate{} //nolint:staticcheck // CAPD v1.14's DockerMachineTemplate, which the template uses
-		typed, defaultObj = dmt, func() error {
+		typed, change = dmt, func() {
 			if spec.ControlPlaneBootstrapTimeout > 0 {
 				dmt.Spec.Template.Spec.BootstrapTimeout = &metav1.Duration{Duration: spec.ControlPlaneBootstrapTimeout}
 			}
-			return nil
-		}
-	case "DockerCluster":
-		dc := &capdv1.DockerCluster{} //nolint:staticcheck // CAPD v1.14's DockerCluster, which the template uses
-		typed, defaultObj = dc, func() error {
-			// CAPD's DockerCluster webhook (test/infrastructure/docker/internal/webhooks).
-			if dc.Spec.ControlPlaneEndpoint.Port == 0 {
-				dc.Spec.ControlPlaneEndpoint.Port = 6443
-			}
-			return nil
 		}
 	default:
 		return nil
@@ -190,9 +170,7 @@ func applyDefaults(ctx context.Context, obj *unstructured.Unstructured, spec Clu
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, typed); err != nil {
 		return err
 	}
-	if err := defaultObj(); err != nil {
-		return err
-	}
+	change()
 	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
 	if err != nil {
 		return err

@@ -32,29 +32,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/managementplane"
 )
-
-// ContractLabel maps the Cluster API v1beta2 contract to a CRD's versions; kustomize adds it in
-// real installs, CRDs read from the sources lack it.
-const ContractLabel = "cluster.x-k8s.io/v1beta2"
 
 // RepoRoot is the root of this repository, found from this source file.
 func RepoRoot() string {
@@ -62,90 +47,9 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
-// Scheme returns a scheme with client-go's types, apiextensions v1, Cluster API core, kubeadm
-// bootstrap and control plane v1beta2, CAPD v1beta2 and CAPDMP v1alpha1.
-func Scheme() *kruntime.Scheme {
-	s := kruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(apiextensionsv1.AddToScheme(s))
-	utilruntime.Must(clusterv1.AddToScheme(s))
-	utilruntime.Must(bootstrapv1.AddToScheme(s))
-	utilruntime.Must(controlplanev1.AddToScheme(s))
-	utilruntime.Must(capdv1.AddToScheme(s))
-	utilruntime.Must(infrav1.AddToScheme(s))
-	return s
-}
-
-// moduleDir returns where a module of this build lives in the module cache.
-func moduleDir(module string) (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir = RepoRoot()
-	out, err := cmd.Output()
-	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			return "", fmt.Errorf("go list -m %s: %w: %s", module, err, exitErr.Stderr)
-		}
-		return "", fmt.Errorf("go list -m %s: %w", module, err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-// CRDDirectories are the folders the management API server's CRDs are read from.
-func CRDDirectories() ([]string, error) {
-	capi, err := moduleDir("sigs.k8s.io/cluster-api")
-	if err != nil {
-		return nil, err
-	}
-	capiTest, err := moduleDir("sigs.k8s.io/cluster-api/test")
-	if err != nil {
-		return nil, err
-	}
-	return []string{
-		filepath.Join(capi, "core", "config", "crd", "bases"),
-		filepath.Join(capi, "bootstrap", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(capi, "controlplane", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(capiTest, "infrastructure", "docker", "config", "crd", "bases"),
-		filepath.Join(RepoRoot(), "config", "crd", "bases"),
-	}, nil
-}
-
-// CRDs reads the CRDs of CRDDirectories and labels each one lacking ContractLabel with the
-// versions that serve the v1beta2 contract: v1beta2 where the CRD serves it (Cluster API's and
-// CAPD's), else every served version (CAPDMP's v1alpha1, as config/crd/kustomization.yaml does).
-func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	dirs, err := CRDDirectories()
-	if err != nil {
-		return nil, err
-	}
-	options := &crenvtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: true}
-	if err := crenvtest.ReadCRDFiles(options); err != nil {
-		return nil, fmt.Errorf("reading CRDs from %v: %w", dirs, err)
-	}
-	crds := options.CRDs
-	for _, crd := range crds {
-		if _, ok := crd.Labels[ContractLabel]; ok {
-			continue
-		}
-		if crd.Labels == nil {
-			crd.Labels = map[string]string{}
-		}
-		var served []string
-		for _, v := range crd.Spec.Versions {
-			if v.Served {
-				served = append(served, v.Name)
-			}
-		}
-		value := strings.Join(served, "_")
-		for _, v := range served {
-			if v == "v1beta2" {
-				value = "v1beta2"
-			}
-		}
-		crd.Labels[ContractLabel] = value
-	}
-	return crds, nil
-}
+// Scheme returns the management plane's scheme: client-go's types, Cluster API's, CAPD's and
+// CAPDMP's.
+func Scheme() *kruntime.Scheme { return managementplane.Scheme() }
 
 var assetsMu sync.Mutex
 
@@ -199,13 +103,10 @@ func haveBinaries(dir string) bool {
 	return true
 }
 
-// Management is a running management API server.
+// Management is a running management API server with every provider's CRDs (no webhooks: the
+// tests that need them start the whole management plane).
 type Management struct {
-	Env    *crenvtest.Environment
-	Config *rest.Config
-	Scheme *kruntime.Scheme
-	// Client is an uncached client of the admin user.
-	Client client.Client
+	*managementplane.APIServer
 	// StartDuration is how long starting etcd, kube-apiserver and installing the CRDs took.
 	StartDuration time.Duration
 }
@@ -217,35 +118,19 @@ func StartManagement(ctx context.Context) (*Management, error) {
 	if err != nil {
 		return nil, err
 	}
-	crds, err := CRDs()
+	s, err := managementplane.StartAPIServer(ctx, managementplane.APIServerOptions{BinaryAssetsDirectory: assets})
 	if err != nil {
 		return nil, err
 	}
-	scheme := Scheme()
-	env := &crenvtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDs:                  crds,
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("starting the management API server from %s: %w", assets, err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	return &Management{Env: env, Config: cfg, Scheme: scheme, Client: c, StartDuration: time.Since(start)}, nil
+	return &Management{APIServer: s, StartDuration: time.Since(start)}, nil
 }
 
 // Stop stops the API server and etcd.
 func (m *Management) Stop() error {
-	if m == nil || m.Env == nil {
+	if m == nil {
 		return nil
 	}
-	return m.Env.Stop()
+	return m.APIServer.Stop()
 }
 
 // Options configure Start.

@@ -18,25 +18,6 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
 
-func TestCRDs(t *testing.T) {
-	g := NewWithT(t)
-	crds, err := CRDs()
-	g.Expect(err).ToNot(HaveOccurred())
-	labels := map[string]string{}
-	for _, crd := range crds {
-		labels[crd.Name] = crd.Labels[ContractLabel]
-	}
-	g.Expect(labels).To(HaveKeyWithValue("clusters.cluster.x-k8s.io", "v1beta2"))
-	g.Expect(labels).To(HaveKeyWithValue("machinepools.cluster.x-k8s.io", "v1beta2"))
-	g.Expect(labels).To(HaveKeyWithValue("kubeadmconfigs.bootstrap.cluster.x-k8s.io", "v1beta2"))
-	g.Expect(labels).To(HaveKeyWithValue("kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", "v1beta2"))
-	g.Expect(labels).To(HaveKeyWithValue("dockerclusters.infrastructure.cluster.x-k8s.io", "v1beta2"))
-	g.Expect(labels).To(HaveKeyWithValue("dockermachinepools.infrastructure.capdmp.dev", "v1alpha1"))
-	for name, label := range labels {
-		g.Expect(label).ToNot(BeEmpty(), name)
-	}
-}
-
 // TestStart starts both API servers and checks what CABPK and the stub kubeadm rely on.
 func TestStart(t *testing.T) {
 	g := NewWithT(t)

@@ -232,7 +232,7 @@ func TestManagerRestartMidUpgrade(t *testing.T) {
 	s.waitPool(v136, 2, clusterReady)
 	s.apply(v137, 0, writeMachinePool, writeControlPlane)
 	s.waitGate(string(skew.ControlPlaneOlder), 2*time.Minute)
-	s.g.Expect(world.RestartCAPDMP()).To(Succeed())
+	s.g.Expect(world.RestartCAPDMP(s.ctx)).To(Succeed())
 	s.logf("restarted the CAPDMP manager while the gate waits")
 	s.waitControlPlane(v137, 1, upgradeDone+remediation)
 	s.waitPool(v137, 2, upgradeDone)

@@ -128,12 +128,10 @@ type scenario struct {
 	res   *result
 }
 
-// newScenario creates the scenario's cluster and monitor; its cleanup prints the timeline
-// summary, checks the monitor saw no violation, deletes the cluster and records the result.
+// newScenario creates the scenario's cluster on the suite's world and watches it (watch).
 func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenario {
 	t.Helper()
-	s := &scenario{t: t, g: NewWithT(t), ctx: context.Background(), start: time.Now(), res: &result{name: name}}
-	s.out = prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout}
+	s := startScenario(t, name)
 	spec.Name = "e2e-" + name
 	spec.SkipAddons = true
 	spec.KubeadmTimeout = 10 * time.Minute
@@ -143,8 +141,26 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 	spec.ControlPlaneNodeStartupTimeout = controlPlaneNodeStartup
 	c, err := world.CreateCluster(s.ctx, spec)
 	s.g.Expect(err).NotTo(HaveOccurred())
-	s.c = c
 	s.logf("cluster %s: control plane %s x%d, pool %s x%d", c.Name, spec.ControlPlaneVersion, spec.ControlPlaneReplicas, spec.PoolVersion, spec.PoolReplicas)
+	s.watch(c)
+	return s
+}
+
+// startScenario starts a scenario's clock, log and result; watch gives it its cluster.
+func startScenario(t *testing.T, name string) *scenario {
+	return &scenario{
+		t: t, g: NewWithT(t), ctx: context.Background(), start: time.Now(), res: &result{name: name},
+		out: prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout},
+	}
+}
+
+// watch starts the monitor of cluster c; the scenario's cleanup prints the timeline summary,
+// checks the monitor saw no violation, deletes the cluster (s.c, whichever plane serves it then)
+// and records the result.
+func (s *scenario) watch(c *realworld.Cluster) {
+	t := s.t
+	s.c = c
+	var err error
 	s.mon, err = c.StartMonitor(s.ctx, s.start, 50*time.Millisecond, s.out)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
@@ -171,8 +187,8 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 			t.Errorf("%s (%s)", blind, coverage)
 		}
 		s.logf("deleting the cluster")
-		if err := c.Delete(context.Background(), 5*time.Minute); err != nil {
-			t.Errorf("deleting cluster %s: %v", c.Name, err)
+		if err := s.c.Delete(context.Background(), 5*time.Minute); err != nil {
+			t.Errorf("deleting cluster %s: %v", s.c.Name, err)
 		}
 		s.res.failed, s.res.duration = t.Failed(), time.Since(s.start)
 		s.logf("done in %s (failed: %t)", s.res.duration.Round(time.Second), s.res.failed)
@@ -180,7 +196,6 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 		results = append(results, *s.res)
 		resultsMu.Unlock()
 	})
-	return s
 }
 
 func (s *scenario) logf(format string, args ...any) {

@@ -1,0 +1,141 @@
+package managementplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ManagerOptions configure the CAPDMP manager process.
+type ManagerOptions struct {
+	// Binary is the manager (`make build` writes bin/manager).
+	Binary string
+	// DockerNetwork is its --docker-network.
+	DockerNetwork string
+	// Args are further flags, after the plane's own.
+	Args []string
+	// Log receives its standard output and error.
+	Log io.Writer
+}
+
+// Manager is the CAPDMP manager running as a process of its own against the management API
+// server, with the flags config/manager ships but leader election and metrics, and its webhooks
+// served on a local port with the API server's webhook certificate.
+type Manager struct {
+	o          ManagerOptions
+	server     *APIServer
+	webhookURL string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartManager installs CAPDMP's webhook configurations against a free local port and starts the
+// manager serving them there; it returns once the webhook server answers.
+func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager, error) {
+	if s.Kubeconfig == "" || s.WebhookCertDir == "" {
+		return nil, errors.New("the CAPDMP manager needs the API server's kubeconfig and webhook certificate")
+	}
+	port, err := freePort(s.WebhookHost)
+	if err != nil {
+		return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
+	}
+	m := &Manager{o: o, server: s, webhookURL: net.JoinHostPort(s.WebhookHost, strconv.Itoa(port))}
+	hooks, err := capdmpWebhooks()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.InstallWebhooks(ctx, hooks, m.webhookURL); err != nil {
+		return nil, err
+	}
+	if err := m.Start(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Start starts the manager process unless it runs, and waits for its webhook server.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil {
+		return errors.New("the CAPDMP manager is already running")
+	}
+	_, port, _ := net.SplitHostPort(m.webhookURL)
+	args := append([]string{
+		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0",
+		"--webhook-port=" + port, "--webhook-cert-dir=" + m.server.WebhookCertDir,
+		"--docker-network=" + m.o.DockerNetwork, "--v=2",
+	}, m.o.Args...)
+	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec // the manager binary the caller built
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.server.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = m.o.Log, m.o.Log
+	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the CAPDMP manager %s: %w", m.o.Binary, err)
+	}
+	fmt.Fprintf(m.o.Log, "=== started pid %d at %s\n", cmd.Process.Pid, time.Now().Format(time.RFC3339Nano))
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	m.cmd, m.exited = cmd, exited
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := waitServing(ctx, m.webhookURL, m.server.WebhookCA, time.Minute); err != nil {
+		return fmt.Errorf("waiting for the CAPDMP manager's webhooks (pid %d; its log says why): %w", cmd.Process.Pid, err)
+	}
+	return nil
+}
+
+// Pid is the manager's process ID, 0 when it is not running.
+func (m *Manager) Pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
+// Stop stops the manager: SIGTERM, then SIGKILL after 10 s.
+func (m *Manager) Stop() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(10 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+	fmt.Fprintf(m.o.Log, "=== stopped pid %d at %s\n", m.cmd.Process.Pid, time.Now().Format(time.RFC3339Nano))
+	m.cmd = nil
+}
+
+// Restart stops and starts the manager, as a pod restart would.
+func (m *Manager) Restart(ctx context.Context) error {
+	m.Stop()
+	return m.Start(ctx)
+}
