@@ -53,8 +53,9 @@ func main() {
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
+	err := run(ctx, o)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "management-plane:", err)
 		os.Exit(1)
 	}

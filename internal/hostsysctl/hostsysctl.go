@@ -147,7 +147,7 @@ func (s *Snapshot) Restore() error {
 }
 
 func (h Host) read(name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(h.root(), name))
+	b, err := os.ReadFile(filepath.Join(h.root(), name)) //nolint:gosec // a sysctl of a fixed list, under /proc/sys
 	if err != nil {
 		return "", fmt.Errorf("reading sysctl %s: %w", dotted(name), err)
 	}
@@ -155,7 +155,7 @@ func (h Host) read(name string) (string, error) {
 }
 
 func (h Host) write(name, value string) error {
-	return os.WriteFile(filepath.Join(h.root(), name), []byte(value+"\n"), 0o644)
+	return os.WriteFile(filepath.Join(h.root(), name), []byte(value+"\n"), 0o644) //nolint:gosec // /proc/sys files exist; the mode is not used
 }
 
 func (h Host) readState() (*state, error) {
@@ -181,10 +181,10 @@ func (h Host) writeState(st state) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(h.StateFile), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(h.StateFile), 0o750); err != nil {
 		return fmt.Errorf("writing %s: %w", h.StateFile, err)
 	}
-	if err := os.WriteFile(h.StateFile, b, 0o644); err != nil {
+	if err := os.WriteFile(h.StateFile, b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", h.StateFile, err)
 	}
 	return nil

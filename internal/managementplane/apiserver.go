@@ -19,18 +19,18 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1"
+	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1" //nolint:staticcheck // converted to and from by the webhooks
 	addonsv1 "sigs.k8s.io/cluster-api/api/addons/v1beta2"
-	bootstrapv1beta1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta1"
+	bootstrapv1beta1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta1" //nolint:staticcheck // converted to and from by the webhooks
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
-	controlplanev1beta1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta1"
+	controlplanev1beta1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta1" //nolint:staticcheck // converted to and from by the webhooks
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
-	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1" //nolint:staticcheck // converted to and from by the webhooks
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1"
-	ipamv1beta1 "sigs.k8s.io/cluster-api/api/ipam/v1beta1"
+	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1" //nolint:staticcheck // converted to and from by the webhooks
+	ipamv1beta1 "sigs.k8s.io/cluster-api/api/ipam/v1beta1"   //nolint:staticcheck // converted to and from by the webhooks
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	runtimev1alpha1 "sigs.k8s.io/cluster-api/api/runtime/v1alpha1"
+	runtimev1alpha1 "sigs.k8s.io/cluster-api/api/runtime/v1alpha1" //nolint:staticcheck // converted to and from by the webhooks
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,7 +94,7 @@ type APIServerOptions struct {
 
 // StartAPIServer starts etcd and kube-apiserver and installs the CRDs (and the webhook
 // configurations): created, or updated when EtcdDataDir kept them from an earlier start.
-func StartAPIServer(ctx context.Context, o APIServerOptions) (*APIServer, error) {
+func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 	if err := requireBinaries(o.BinaryAssetsDirectory); err != nil {
 		return nil, err
 	}
@@ -242,8 +242,8 @@ func waitServing(ctx context.Context, hostPort string, ca []byte, timeout time.D
 }
 
 // freePort returns a TCP port of host that nothing listens on now.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+func freePort(ctx context.Context, host string) (int, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}

@@ -45,7 +45,7 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 	if s.Kubeconfig == "" || s.WebhookCertDir == "" {
 		return nil, errors.New("the CAPDMP manager needs the API server's kubeconfig and webhook certificate")
 	}
-	port, err := freePort(s.WebhookHost)
+	port, err := freePort(ctx, s.WebhookHost)
 	if err != nil {
 		return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
 	}
@@ -76,7 +76,8 @@ func (m *Manager) Start(ctx context.Context) error {
 		"--webhook-port=" + port, "--webhook-cert-dir=" + m.server.WebhookCertDir,
 		"--docker-network=" + m.o.DockerNetwork, "--v=2",
 	}, m.o.Args...)
-	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec // the manager binary the caller built
+	// Not bound to ctx: the manager lives until Stop, not until the call that started it.
+	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec,noctx // the manager binary the caller built
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.server.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = m.o.Log, m.o.Log
 	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it.

@@ -2,14 +2,21 @@ package managementplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	bootstrapadmission "sigs.k8s.io/cluster-api/bootstrap/kubeadm/webhooks/admission"
@@ -17,6 +24,7 @@ import (
 	kcpreconciler "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
 	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	controlplaneadmission "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks/admission"
+	controlplaneconversion "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks/conversion"
 	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
@@ -25,9 +33,11 @@ import (
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	coresetup "sigs.k8s.io/cluster-api/core/setup"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	coreconversion "sigs.k8s.io/cluster-api/core/webhooks/conversion"
 	capdcontainer "sigs.k8s.io/cluster-api/test/infrastructure/container"
 	capdcontrollers "sigs.k8s.io/cluster-api/test/infrastructure/docker/controllers"
 	capdwebhooks "sigs.k8s.io/cluster-api/test/infrastructure/docker/webhooks"
+	"sigs.k8s.io/cluster-api/util/contract"
 	"sigs.k8s.io/cluster-api/util/index"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,8 +92,7 @@ func StartClusterAPI(s *APIServer, o ClusterAPIOptions) (*ClusterAPI, error) {
 	c.Reader = mgr.GetClient()
 	if s.WebhookPort != 0 {
 		if err := waitServing(ctx, net.JoinHostPort(s.WebhookHost, strconv.Itoa(s.WebhookPort)), s.WebhookCA, time.Minute); err != nil {
-			c.Stop()
-			return nil, fmt.Errorf("waiting for Cluster API's webhooks: %w", err)
+			return nil, errors.Join(fmt.Errorf("waiting for Cluster API's webhooks: %w", err), c.Stop())
 		}
 	}
 	return c, nil
@@ -195,11 +204,16 @@ func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache
 	return nil
 }
 
-// setupClusterAPIWebhooks registers the admission webhooks the providers' managers serve (their
-// main.go's setupWebhooks), against the configurations StartAPIServer installed. Only v1beta2 is
-// in the plane's scheme, so the CRDs are installed without conversion webhooks: the plane serves
-// the v1beta2 API (and CAPDMP's v1alpha1), which is all the templates and the controllers use.
+// setupClusterAPIWebhooks registers the webhooks the providers' managers serve (their main.go's
+// setupWebhooks): admission, and conversion between Cluster API's v1beta1 and v1beta2, against
+// the configurations StartAPIServer installed.
 func setupClusterAPIWebhooks(mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+	// Converting to v1beta1 writes the apiVersion of each reference, which the webhooks ask for.
+	apiVersion := func(ctx context.Context, gk schema.GroupKind) (string, error) {
+		return contractAPIVersion(ctx, mgr.GetClient(), gk)
+	}
+	coreconversion.SetAPIVersionGetter(apiVersion)
+	controlplaneconversion.SetAPIVersionGetter(apiVersion)
 	for _, hook := range []interface{ SetupWebhookWithManager(ctrl.Manager) error }{
 		&coreadmission.ClusterClass{Client: mgr.GetClient()},
 		&coreadmission.Cluster{Client: mgr.GetClient(), ClusterCacheReader: cc},
@@ -229,4 +243,21 @@ func setupClusterAPIWebhooks(mgr ctrl.Manager, cc clustercache.ClusterCache) err
 		}
 	}
 	return nil
+}
+
+// contractAPIVersion is the apiVersion of kind gk that serves the v1beta2 contract, newest first,
+// from its CRD's contract label: what Cluster API's managers answer the conversion webhooks with
+// (internal/contract.GetAPIVersion of its module, which other modules cannot import).
+func contractAPIVersion(ctx context.Context, c client.Reader, gk schema.GroupKind) (string, error) {
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	if err := c.Get(ctx, client.ObjectKey{Name: contract.CalculateCRDName(gk.Group, gk.Kind)}, crd); err != nil {
+		return "", fmt.Errorf("reading the CRD of %s: %w", gk, err)
+	}
+	versions := strings.Split(crd.GetLabels()[ContractLabel], "_")
+	slices.SortFunc(versions, version.CompareKubeAwareVersionStrings)
+	if latest := versions[len(versions)-1]; latest != "" {
+		return schema.GroupVersion{Group: gk.Group, Version: latest}.String(), nil
+	}
+	return "", fmt.Errorf("the CRD of %s has no %s label", gk, ContractLabel)
 }

@@ -76,7 +76,7 @@ func Start(ctx context.Context, o Options) (_ *Plane, err error) {
 	_, statErr := os.Stat(etcdDir)
 	resumed := statErr == nil
 	start := time.Now()
-	if p.APIServer, err = StartAPIServer(ctx, APIServerOptions{
+	if p.APIServer, err = StartAPIServer(APIServerOptions{
 		BinaryAssetsDirectory: o.BinaryAssetsDirectory,
 		EtcdDataDir:           etcdDir,
 		Kubeconfig:            filepath.Join(o.DataDir, "kubeconfig"),

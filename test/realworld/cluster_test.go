@@ -85,7 +85,6 @@ func TestRenderCluster(t *testing.T) {
 			g.Expect(fromObjects(objs, "MachinePool", mp)).To(Succeed())
 			g.Expect(mp.Spec.Template.Spec.Version).To(Equal(tt.spec.PoolVersion))
 			g.Expect(mp.Spec.Replicas).To(Equal(ptr.To(int32(tt.spec.PoolReplicas))))
-
 		})
 	}
 }

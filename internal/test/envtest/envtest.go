@@ -118,7 +118,7 @@ func StartManagement(ctx context.Context) (*Management, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := managementplane.StartAPIServer(ctx, managementplane.APIServerOptions{BinaryAssetsDirectory: assets})
+	s, err := managementplane.StartAPIServer(managementplane.APIServerOptions{BinaryAssetsDirectory: assets})
 	if err != nil {
 		return nil, err
 	}

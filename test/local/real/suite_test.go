@@ -148,6 +148,7 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 
 // startScenario starts a scenario's clock, log and result; watch gives it its cluster.
 func startScenario(t *testing.T, name string) *scenario {
+	t.Helper()
 	return &scenario{
 		t: t, g: NewWithT(t), ctx: context.Background(), start: time.Now(), res: &result{name: name},
 		out: prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout},
