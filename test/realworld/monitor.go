@@ -67,6 +67,7 @@ type Monitor struct {
 	containers *containerView
 	apiServers *apiServerVersions
 	workload   atomic.Pointer[workloadClients]
+	management atomic.Pointer[managementStatus]
 	wg         sync.WaitGroup
 
 	mu         sync.Mutex
@@ -116,6 +117,7 @@ func (m *Monitor) run(ctx context.Context) {
 	defer m.wg.Wait()
 	m.wg.Go(func() { m.containers.run(ctx, m.interval) })
 	m.wg.Go(func() { m.connect(ctx) })
+	m.wg.Go(func() { m.readManagement(ctx) })
 	ticker := time.NewTicker(m.interval)
 	defer ticker.Stop()
 	for {
@@ -165,16 +167,47 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			}
 		}
 	}
-	if pool, err := m.c.poolFrom(readCtx, m.c.w.cached); err == nil {
-		s.Gate = pool.Status.VersionGate.WaitingReason
-	}
-	if kcp, err := m.c.controlPlaneFrom(readCtx, m.c.w.cached); err == nil {
-		s.ControlPlaneStatus = StatusVersions(kcp)
+	if status := m.management.Load(); status != nil {
+		s.Gate, s.ControlPlaneStatus = status.gate, status.controlPlane
 	}
 	for _, l := range [][]string{s.APIServers, s.PoolContainers, s.PoolKubelets} {
 		slices.SortFunc(l, compareVersions)
 	}
 	m.record(s)
+}
+
+// managementStatus is what the management cluster last said of the cluster: the timeline's gate
+// and control-plane status (the skew verdict does not read them).
+type managementStatus struct {
+	gate, controlPlane string
+}
+
+// readManagement keeps managementStatus current, every interval, apart from the samples: a plane
+// reached through its kubeconfig (Attach) answers in tens of milliseconds, not from memory.
+func (m *Monitor) readManagement(ctx context.Context) {
+	ticker := time.NewTicker(m.interval)
+	defer ticker.Stop()
+	for {
+		readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		// What could not be read (a plane restarting) stays as last read.
+		status := managementStatus{}
+		if last := m.management.Load(); last != nil {
+			status = *last
+		}
+		if pool, err := m.c.poolFrom(readCtx, m.c.w.cached); err == nil {
+			status.gate = pool.Status.VersionGate.WaitingReason
+		}
+		if kcp, err := m.c.controlPlaneFrom(readCtx, m.c.w.cached); err == nil {
+			status.controlPlane = StatusVersions(kcp)
+		}
+		cancel()
+		m.management.Store(&status)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 // connect makes the workload clients as soon as the workload kubeconfig exists; the watch on
