@@ -24,7 +24,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 	$(TOOLS) controller-gen webhook paths=./internal/webhooks/... output:webhook:dir=./config/webhook
 
 .PHONY: verify
-verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean or build-tagged tests do not compile
+verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
 	go vet -tags e2e,e2e_local ./test/e2e/... ./test/realnode/... ./test/local/real/...
@@ -32,6 +32,8 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "not gofmt-clean"; exit 1; }
+	@if go list -deps . | grep -E '^github.com/capdmp/capdmp/(internal/)?test(/|$$)'; then \
+		echo "the manager (main.go, the image's binary) links the test packages above"; exit 1; fi
 
 .PHONY: lint
 lint: ## Run golangci-lint (build-tagged e2e and real-tier code included)
@@ -102,8 +104,8 @@ RUN_FLAGS ?=
 .PHONY: run
 run: envtest-binaries docker-engine ## The main job: a whole Cluster API management plane on this machine, with CAPDMP (builds the node images first)
 	@echo "make run: node images $(RUN_NODE_IMAGE_VERSIONS) (from source when missing: about 15 minutes a version, cached after)"
-	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(RUN_NODE_IMAGE_VERSIONS)"
-	$(MAKE) run-binaries
+	$(MAKE) --no-print-directory node-images NODE_IMAGE_VERSIONS="$(RUN_NODE_IMAGE_VERSIONS)"
+	$(MAKE) --no-print-directory run-binaries
 	@eval "$$(hack/docker-engine.sh env)" && exec $(BIN)/management-plane $(RUN_FLAGS)
 
 .PHONY: run-binaries

@@ -52,7 +52,8 @@ func main() {
 	flag.IntVar(&o.verbosity, "v", 2, "Verbosity of the controllers' logs.")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal stops the plane as Ctrl-C does, not halfway.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := run(ctx, o)
 	stop()
 	if err != nil {

@@ -80,8 +80,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec,noctx // the manager binary the caller built
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.server.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = m.o.Log, m.o.Log
-	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it. And
+	// it goes when this process goes, even killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the CAPDMP manager %s: %w", m.o.Binary, err)
 	}

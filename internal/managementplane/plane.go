@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/capdmp/capdmp/internal/container"
@@ -49,6 +50,7 @@ type Plane struct {
 	ClusterAPI *ClusterAPI
 	Manager    *Manager
 	sysctls    *hostsysctl.Snapshot
+	stopOnce   sync.Once
 }
 
 // Start starts the plane: the host's kernel settings for real nodes, the Docker network, the API
@@ -127,8 +129,12 @@ func (p *Plane) prepareHost(ctx context.Context) error {
 func (p *Plane) Kubeconfig() string { return p.APIServer.Kubeconfig }
 
 // Stop stops the CAPDMP manager, Cluster API's controllers and the API server (etcd's data
-// stays in DataDir) and puts the host's kernel settings back.
+// stays in DataDir) and puts the host's kernel settings back. Calls after the first do nothing.
 func (p *Plane) Stop() {
+	p.stopOnce.Do(p.stop)
+}
+
+func (p *Plane) stop() {
 	p.Manager.Stop()
 	var errs []error
 	if err := p.ClusterAPI.Stop(); err != nil {

@@ -52,6 +52,7 @@ func TestPlane(t *testing.T) {
 			Progress:   &progress,
 		})
 		g.Expect(err).NotTo(HaveOccurred(), "progress:\n%s\nmanager:\n%s", &progress, &managerLog)
+		t.Cleanup(plane.Stop)
 		return plane
 	}
 
@@ -115,7 +116,6 @@ func TestPlane(t *testing.T) {
 	// Fresh forgets it.
 	plane.Stop()
 	plane = start(true)
-	defer plane.Stop()
 	err = plane.APIServer.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)
 	g.Expect(client.IgnoreNotFound(err)).To(Succeed())
 	g.Expect(err).To(HaveOccurred(), "a fresh start forgets the pool")
