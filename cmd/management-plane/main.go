@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -191,7 +192,7 @@ func clusterContainers(ctx context.Context, plane *managementplane.Plane) (map[s
 	defer engine.Close()
 	counts := map[string]int{}
 	for _, c := range clusters.Items {
-		nodes, err := engine.List(ctx, map[string]string{"io.x-k8s.kind.cluster": c.Name})
+		nodes, err := engine.List(ctx, map[string]string{clusterLabel: c.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -203,26 +204,32 @@ func clusterContainers(ctx context.Context, plane *managementplane.Plane) (map[s
 // printLeftContainers says which clusters keep running while the plane is stopped, and how to
 // remove them.
 func printLeftContainers(counts map[string]int, etcdDir string) {
-	var clusters []string
-	total := 0
-	for name, n := range counts {
-		if n > 0 {
-			clusters = append(clusters, fmt.Sprintf("%s (%d)", name, n))
-			total += n
-		}
+	var clusters, remove []string
+	if host := os.Getenv("DOCKER_HOST"); host != "" {
+		remove = append(remove, "  export DOCKER_HOST="+host)
 	}
-	if total == 0 {
+	for _, key := range slices.Sorted(maps.Keys(counts)) {
+		if counts[key] == 0 {
+			continue
+		}
+		clusters = append(clusters, fmt.Sprintf("%s (%d)", key, counts[key]))
+		_, name, _ := strings.Cut(key, "/")
+		remove = append(remove, fmt.Sprintf("  docker rm -f -v $(docker ps -aq --filter label=%s=%s)", clusterLabel, name))
+	}
+	if len(clusters) == 0 {
 		fmt.Println("Stopped. No cluster's container runs.")
 		return
 	}
-	slices.Sort(clusters)
 	fmt.Printf(`Stopped. The containers of clusters %s keep running: the next start resumes them.
 To remove them instead, and make the plane forget them:
 
-  docker rm -f -v $(docker ps -aq --filter label=io.x-k8s.kind.cluster)
+%s
   rm -rf %s
-`, strings.Join(clusters, ", "), etcdDir)
+`, strings.Join(clusters, ", "), strings.Join(remove, "\n"), etcdDir)
 }
+
+// clusterLabel is kind's cluster label, which CAPD and CAPDMP put on every node.
+const clusterLabel = "io.x-k8s.kind.cluster"
 
 // nodeImageRecipeLabel is the label hack/node-images/build.sh puts on the images it builds.
 const nodeImageRecipeLabel = "io.capdmp.node-images.recipe"
