@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/test/framework"
 	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
@@ -203,37 +203,31 @@ func sampleNodeSkew(ctx context.Context, c client.Client, interval time.Duration
 	}
 }
 
-// skewViolation describes a worker Node whose kubelet is newer than the oldest control-plane
-// Node's, or returns "" when there is none.
+// skewViolation describes the worker Nodes whose kubelets break the skew policy against the
+// control-plane Nodes' (the kube-apiservers' versions, as kubeadm installs them together), with
+// the one rule of pkg/skew, or returns "" when there is none.
 func skewViolation(nodes []corev1.Node) string {
-	var oldestControlPlane *version.Version
+	var controlPlane, workers []string
+	names := map[string][]string{}
 	for i := range nodes {
-		if _, ok := nodes[i].Labels["node-role.kubernetes.io/control-plane"]; !ok {
+		v := nodes[i].Status.NodeInfo.KubeletVersion
+		if _, ok := nodes[i].Labels["node-role.kubernetes.io/control-plane"]; ok {
+			controlPlane = append(controlPlane, v)
 			continue
 		}
-		v, err := version.ParseGeneric(nodes[i].Status.NodeInfo.KubeletVersion)
-		if err != nil {
-			continue
-		}
-		if oldestControlPlane == nil || v.LessThan(oldestControlPlane) {
-			oldestControlPlane = v
-		}
+		workers = append(workers, v)
+		names[v] = append(names[v], nodes[i].Name)
 	}
-	if oldestControlPlane == nil {
+	violations, err := skew.Violations(workers, controlPlane)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", time.Now().Format(time.RFC3339), err)
+	}
+	var problems []string
+	for _, v := range violations {
+		problems = append(problems, fmt.Sprintf("workers %v: %s", names[v.Kubelet], v))
+	}
+	if len(problems) == 0 {
 		return ""
 	}
-	for i := range nodes {
-		if _, ok := nodes[i].Labels["node-role.kubernetes.io/control-plane"]; ok {
-			continue
-		}
-		v, err := version.ParseGeneric(nodes[i].Status.NodeInfo.KubeletVersion)
-		if err != nil {
-			continue
-		}
-		if oldestControlPlane.LessThan(v) {
-			return fmt.Sprintf("%s: worker %s runs kubelet %s, the oldest control-plane Node %s",
-				time.Now().Format(time.RFC3339), nodes[i].Name, v, oldestControlPlane)
-		}
-	}
-	return ""
+	return time.Now().Format(time.RFC3339) + ": " + strings.Join(problems, "; ")
 }

@@ -328,21 +328,9 @@ func (m *monitor) run() {
 			return
 		case <-ticker.C:
 		}
-		pool := &infrav1.DockerMachinePool{}
-		if err := mgmt.Get(ctx, m.c.key(), pool); err != nil {
-			continue
-		}
-		// Sample the pool before the control plane: versions only go up during an upgrade, so
-		// a control plane read later can only make a sample look safer than it was... never the
-		// reverse, which would report violations that did not happen.
-		containers, err := engine.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(pool.UID)})
-		if err != nil {
-			continue
-		}
-		nodes := &corev1.NodeList{}
-		if err := testEnv.Workload.Client.List(ctx, nodes); err != nil {
-			continue
-		}
+		// The control plane first, the pool after: versions only go up during an upgrade, so a
+		// pool read later can only look newer than it was when the control plane was read, and
+		// the sample errs toward counting a violation, never toward missing one.
 		kcp := &controlplanev1.KubeadmControlPlane{}
 		if err := mgmt.Get(ctx, client.ObjectKey{Namespace: m.c.namespace, Name: m.c.name + "-cp"}, kcp); err != nil {
 			continue
@@ -351,52 +339,39 @@ func (m *monitor) run() {
 		for _, v := range kcp.Status.Versions {
 			cp = append(cp, v.Version)
 		}
-		var running, containerVersions []string
-		for _, ct := range containers {
-			if v, err := skew.VersionFromLabelValue(ct.Labels[infrav1.KubernetesVersionLabel]); err == nil {
-				running = append(running, ct.Name+"="+v)
-				containerVersions = append(containerVersions, v)
-			}
+		pool := &infrav1.DockerMachinePool{}
+		if err := mgmt.Get(ctx, m.c.key(), pool); err != nil {
+			continue
 		}
-		for _, ct := range containers {
-			m.seen[ct.Name] = true
-		}
-		for _, n := range nodes.Items {
-			if m.seen[n.Name] {
-				running = append(running, "node/"+n.Name+"="+n.Status.NodeInfo.KubeletVersion)
-			}
-		}
-		m.mu.Lock()
-		m.coverage.Add(realworld.Sample{APIServers: cp, PoolContainers: containerVersions})
-		for _, r := range running {
-			name, v, _ := strings.Cut(r, "=")
-			if violation := skewViolation(v, cp); violation != "" {
-				m.violations = append(m.violations, fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05.000"), name, violation))
-			}
-		}
-		m.mu.Unlock()
-	}
-}
-
-// skewViolation says how a kubelet of version breaks the policy against control-plane versions.
-func skewViolation(version string, controlPlane []string) string {
-	kubelet, err := skew.ParseVersion(version)
-	if err != nil || len(controlPlane) == 0 {
-		return ""
-	}
-	for _, cpv := range controlPlane {
-		apiserver, err := skew.ParseVersion(cpv)
+		containers, err := engine.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(pool.UID)})
 		if err != nil {
 			continue
 		}
-		if kubelet.Major == apiserver.Major && kubelet.Minor > apiserver.Minor {
-			return fmt.Sprintf("kubelet %s newer than kube-apiserver %s", version, cpv)
+		nodes := &corev1.NodeList{}
+		if err := testEnv.Workload.Client.List(ctx, nodes); err != nil {
+			continue
 		}
-		if kubelet.Major == apiserver.Major && apiserver.Minor > kubelet.Minor+3 {
-			return fmt.Sprintf("kubelet %s more than three minors older than kube-apiserver %s", version, cpv)
+		sample := realworld.Sample{APIServers: cp}
+		var problems []string
+		for _, ct := range containers {
+			m.seen[ct.Name] = true
+			sample.PoolContainers = append(sample.PoolContainers, ct.Labels[infrav1.KubernetesVersionLabel])
 		}
+		for _, n := range nodes.Items {
+			if m.seen[n.Name] {
+				sample.PoolKubelets = append(sample.PoolKubelets, n.Status.NodeInfo.KubeletVersion)
+			}
+		}
+		if violation := sample.Violation(); violation != "" {
+			problems = append(problems, violation)
+		}
+		m.mu.Lock()
+		m.coverage.Add(sample)
+		for _, p := range problems {
+			m.violations = append(m.violations, fmt.Sprintf("%s %s", time.Now().Format("15:04:05.000"), p))
+		}
+		m.mu.Unlock()
 	}
-	return ""
 }
 
 // finish stops the monitor and returns what it saw; a monitor whose samples judged nothing fails

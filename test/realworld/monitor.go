@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/blang/semver/v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/version"
@@ -22,6 +21,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // Sample is what the monitor saw at one instant.
@@ -291,7 +291,7 @@ func (m *Monitor) record(s Sample) {
 	}
 	m.last = s.At
 	m.coverage.Add(s)
-	if v := violation(s); v != "" {
+	if v := s.Violation(); v != "" {
 		m.violations = append(m.violations, Violation{At: s.At, Detail: v})
 	}
 	if len(m.changes) > 0 && m.changes[len(m.changes)-1].key() == s.key() {
@@ -312,24 +312,32 @@ func (m *Monitor) line(s Sample) string {
 		s.At.Sub(m.start).Seconds(), summarize(s.APIServers), s.ControlPlaneStatus, summarize(s.PoolContainers), summarize(s.PoolKubelets), gate)
 }
 
-// violation checks a sample against the skew policy, by minor version as the policy states it.
-func violation(s Sample) string {
-	if len(s.APIServers) == 0 {
-		return ""
-	}
-	oldest, newest := parse(s.APIServers[0]), parse(s.APIServers[len(s.APIServers)-1])
+// Violation judges the sample with the one rule of pkg/skew: each pool container (the kubelet it
+// runs or is about to run, from its version label) and each pool kubelet against the
+// kube-apiservers that answered. A version that cannot be read counts as a violation: a monitor
+// that cannot judge must not pass.
+func (s Sample) Violation() string {
 	var problems []string
-	for what, versions := range map[string][]string{"container": s.PoolContainers, "kubelet": s.PoolKubelets} {
-		for _, v := range versions {
-			k := parse(v)
-			if minorOf(k) > minorOf(oldest) {
-				problems = append(problems, fmt.Sprintf("pool %s %s newer than kube-apiserver %s", what, v, s.APIServers[0]))
-			}
-			if minorOf(k)+3 < minorOf(newest) {
-				problems = append(problems, fmt.Sprintf("pool %s %s more than three minors older than kube-apiserver %s", what, v, s.APIServers[len(s.APIServers)-1]))
-			}
+	judge := func(whose string, versions []string) {
+		violations, err := skew.Violations(versions, s.APIServers)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s%v", whose, err))
+		}
+		for _, v := range violations {
+			problems = append(problems, fmt.Sprintf("%s%s", whose, v))
 		}
 	}
+	containers := make([]string, 0, len(s.PoolContainers))
+	for _, label := range s.PoolContainers {
+		v, err := skew.VersionFromLabelValue(label)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("pool container's version label %q: %v", label, err))
+			continue
+		}
+		containers = append(containers, v)
+	}
+	judge("pool container's ", containers)
+	judge("pool ", s.PoolKubelets)
 	slices.Sort(problems)
 	return strings.Join(problems, "; ")
 }
@@ -489,16 +497,11 @@ func summarize(versions []string) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-func parse(v string) semver.Version {
-	s, err := semver.ParseTolerant(v)
-	if err != nil {
-		return semver.Version{}
-	}
-	return s
+// compareVersions orders versions for display; one that does not parse goes first.
+func compareVersions(a, b string) int {
+	va, _ := skew.ParseVersion(a)
+	vb, _ := skew.ParseVersion(b)
+	return va.Compare(vb)
 }
-
-func minorOf(v semver.Version) uint64 { return v.Major*1000 + v.Minor }
-
-func compareVersions(a, b string) int { return parse(a).Compare(parse(b)) }
 
 func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

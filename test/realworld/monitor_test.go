@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 func TestViolation(t *testing.T) {
@@ -20,19 +21,22 @@ func TestViolation(t *testing.T) {
 		want   string
 	}{
 		{name: "no kube-apiserver answers: nothing to compare", sample: Sample{PoolContainers: []string{"v1.37.2"}}},
-		{name: "same minor, newer patch: allowed", sample: Sample{APIServers: []string{"v1.36.1"}, PoolKubelets: []string{"v1.36.3"}}},
+		{name: "same minor, newer patch: the gate's rule, stricter than the policy", sample: Sample{APIServers: []string{"v1.36.1"}, PoolKubelets: []string{"v1.36.3"}},
+			want: "pool kubelet v1.36.3 newer than kube-apiserver v1.36.1"},
 		{name: "pool at the oldest apiserver's minor", sample: Sample{APIServers: []string{"v1.36.3", "v1.37.2"}, PoolContainers: []string{"v1.36.3"}}},
 		{name: "container newer than the oldest apiserver", sample: Sample{APIServers: []string{"v1.36.3", "v1.37.2"}, PoolContainers: []string{"v1.37.2"}},
-			want: "pool container v1.37.2 newer than kube-apiserver v1.36.3"},
+			want: "pool container's kubelet v1.37.2 newer than kube-apiserver v1.36.3"},
 		{name: "kubelet newer", sample: Sample{APIServers: []string{"v1.36.3"}, PoolKubelets: []string{"v1.37.0"}},
 			want: "pool kubelet v1.37.0 newer than kube-apiserver v1.36.3"},
 		{name: "three minors older: allowed", sample: Sample{APIServers: []string{"v1.37.2"}, PoolKubelets: []string{"v1.34.0"}}},
 		{name: "four minors older", sample: Sample{APIServers: []string{"v1.37.2"}, PoolKubelets: []string{"v1.33.9"}},
-			want: "pool kubelet v1.33.9 more than three minors older than kube-apiserver v1.37.2"},
+			want: "pool kubelet v1.33.9 more than 3 minors older than kube-apiserver v1.37.2"},
+		{name: "a container label that is no version counts", sample: Sample{APIServers: []string{"v1.37.2"}, PoolContainers: []string{"latest"}},
+			want: `pool container's version label "latest": ` + labelError("latest")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			NewWithT(t).Expect(violation(tt.sample)).To(Equal(tt.want))
+			NewWithT(t).Expect(tt.sample.Violation()).To(Equal(tt.want))
 		})
 	}
 }
@@ -223,4 +227,9 @@ func TestAPIServerVersions(t *testing.T) {
 	a.track(ctx, nil)
 	g.Expect(versions()).To(BeEmpty(), "a removed container's kube-apiserver no longer counts")
 	g.Expect(a.pollers).To(BeEmpty())
+}
+
+func labelError(label string) string {
+	_, err := skew.VersionFromLabelValue(label)
+	return err.Error()
 }
