@@ -33,12 +33,7 @@ import (
 func TestMakeRun(t *testing.T) {
 	t.Parallel()
 	t.Run("upgrade-both-at-once", func(t *testing.T) {
-		s := startScenario(t, "run1-make-run-upgrade")
-		plane := startMakeRun(s, "upgrade", true)
-		s.watch(plane.applyCluster(s, "e2e-make-run"))
-		s.waitControlPlane(v136, 1, clusterReady)
-		s.waitPool(v136, 2, clusterReady)
-		plane.waitNodesReady(s, 3)
+		s, plane := readmeCluster(t, "run1-make-run-upgrade", "upgrade", "e2e-make-run")
 		plane.upgradeBothAtOnce(s, v137)
 		s.waitControlPlane(v137, 1, upgradeDone+remediation)
 		s.waitPool(v137, 2, upgradeDone)
@@ -46,11 +41,7 @@ func TestMakeRun(t *testing.T) {
 		plane.waitNodesReady(s, 3)
 	})
 	t.Run("restart-mid-upgrade", func(t *testing.T) {
-		s := startScenario(t, "run2-make-run-restart")
-		plane := startMakeRun(s, "restart", true)
-		s.watch(plane.applyCluster(s, "e2e-make-run-restart"))
-		s.waitControlPlane(v136, 1, clusterReady)
-		s.waitPool(v136, 2, clusterReady)
+		s, plane := readmeCluster(t, "run2-make-run-restart", "restart", "e2e-make-run-restart")
 		plane.upgradeBothAtOnce(s, v137)
 
 		machines, containers := s.machineNames(), s.containerNames()
@@ -68,6 +59,19 @@ func TestMakeRun(t *testing.T) {
 		s.recordLatency(v137)
 		plane.waitNodesReady(s, 3)
 	})
+}
+
+// readmeCluster does the README's first steps for scenario name: `make run` with a fresh state in
+// folder state, the cluster applied, its control plane and its pool at v136 with every Node Ready.
+func readmeCluster(t *testing.T, name, state, cluster string) (*scenario, *makeRun) {
+	t.Helper()
+	s := startScenario(t, name)
+	plane := startMakeRun(s, state, true)
+	s.watch(plane.applyCluster(s, cluster))
+	s.waitControlPlane(v136, 1, clusterReady)
+	s.waitPool(v136, 2, clusterReady)
+	plane.waitNodesReady(s, 3)
+	return s, plane
 }
 
 // makeRun is `make run` as a user starts it in a terminal: its own process group, stopped with
