@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -179,13 +180,13 @@ func (c *testCluster) setCustomImage(image string) {
 
 func (c *testCluster) update(key client.ObjectKey, obj client.Object, mutate func()) {
 	c.t.Helper()
-	NewWithT(c.t).Eventually(func() error {
+	NewWithT(c.t).Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := mgmt.Get(context.Background(), key, obj); err != nil {
 			return err
 		}
 		mutate()
 		return mgmt.Update(context.Background(), obj)
-	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	})).To(Succeed())
 }
 
 // key is the name of the MachinePool, its KubeadmConfig and its DockerMachinePool.

@@ -8,23 +8,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/capdmp/capdmp/internal/test/envtest"
 )
 
-// repoRoot is the root of the repository, found from this file's location so that the tests run
-// from any working directory.
+// repoRoot is the root of the repository, so that the tests run from any working directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test source")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return envtest.RepoRoot()
 }
 
 // decodeObjects decodes a multi-document YAML stream into objects, skipping empty documents.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
+	"github.com/capdmp/capdmp/internal/test/envtest"
 )
 
 const (
@@ -237,7 +238,7 @@ func goBuild(ctx context.Context, rootfs string, pkgs ...string) (string, error)
 	}
 	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out + "/"}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = dockerengine.RepoRoot()
+	cmd.Dir = envtest.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %v: %w: %s", pkgs, err, b)

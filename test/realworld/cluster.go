@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -231,17 +232,16 @@ func (c *Cluster) SetCustomImage(ctx context.Context, image string) error {
 	return c.update(ctx, pool, c.Pool, func() { pool.Spec.Template.CustomImage = image })
 }
 
+// update changes the object named name as a user's edit would: read, mutate, write, again on a
+// conflict.
 func (c *Cluster) update(ctx context.Context, obj client.Object, name string, mutate func()) error {
-	for {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := c.w.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, obj); err != nil {
 			return err
 		}
 		mutate()
-		err := c.w.Client.Update(ctx, obj)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-	}
+		return c.w.Client.Update(ctx, obj)
+	})
 }
 
 // WorkloadConfig is the admin rest config of the workload cluster (its kubeconfig Secret).

@@ -9,17 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-)
 
-// RepoRoot is the root of this repository, found from this source file.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-}
+	"github.com/capdmp/capdmp/internal/test/envtest"
+)
 
 // Host returns the DOCKER_HOST of an engine that answers `docker version`: the environment's, or
 // the one `hack/docker-engine.sh env` names. It never starts an engine.
@@ -33,7 +28,7 @@ func Host(ctx context.Context) (string, error) {
 		}
 		return h, nil
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(), "hack", "docker-engine.sh"), "env")
+	cmd := exec.CommandContext(ctx, filepath.Join(envtest.RepoRoot(), "hack", "docker-engine.sh"), "env")
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("no Docker engine answers (hack/docker-engine.sh env: %w)", err)
