@@ -58,7 +58,7 @@ type ClusterAPIOptions struct {
 // ClusterAPI is what a management cluster runs besides CAPDMP, in this process and one manager:
 // Cluster API's core controllers (Cluster, Machine, MachineSet, MachineDeployment, MachinePool,
 // MachineHealthCheck, with their ClusterCache), KubeadmControlPlane, KubeadmConfig and CAPD's
-// DockerCluster and DockerMachine, and the admission webhooks of all of them.
+// DockerCluster, DockerMachine and DockerMachinePool, and the webhooks of all of them.
 type ClusterAPI struct {
 	// Reader reads from the manager's informers.
 	Reader client.Reader
@@ -161,6 +161,11 @@ func setupClusterAPI(ctx context.Context, mgr ctrl.Manager, o ClusterAPIOptions)
 		}},
 		{"DockerCluster", func() error {
 			return (&capdcontrollers.DockerClusterReconciler{Client: mgr.GetClient(), ContainerRuntime: runtime}).SetupWithManager(ctx, mgr, opts)
+		}},
+		// Upstream's DockerMachinePool, which has no version-skew gate: the conformance kit's
+		// other provider.
+		{"DockerMachinePool", func() error {
+			return (&capdcontrollers.DockerMachinePoolReconciler{Client: mgr.GetClient(), ContainerRuntime: runtime}).SetupWithManager(ctx, mgr, opts)
 		}},
 		{"DockerMachine", func() error {
 			return (&capdcontrollers.DockerMachineReconciler{Client: mgr.GetClient(), ContainerRuntime: runtime, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)

@@ -56,6 +56,9 @@ type ClusterSpec struct {
 	// ControlPlaneNodeStartupTimeout, when set, replaces the template's 10 minutes a control-plane
 	// Machine may take to register its Node before the MachineHealthCheck has KCP replace it.
 	ControlPlaneNodeStartupTimeout time.Duration
+	// UpstreamPool makes the pool upstream CAPD's DockerMachinePool (infrastructure.cluster.x-k8s.io,
+	// no version-skew gate) instead of CAPDMP's: the conformance kit's other provider.
+	UpstreamPool bool
 	// ControlPlaneBootstrapTimeout, when set, replaces CAPD's limit on a control-plane machine's
 	// whole bootstrap (5 minutes by default), which must outlast KubeadmTimeout: CAPD never
 	// retries a bootstrap it gave up on, so a join that ends just after the limit leaves a machine
@@ -129,6 +132,11 @@ func renderCluster(spec ClusterSpec) ([]unstructured.Unstructured, error) {
 				return nil, err
 			}
 		}
+		if spec.UpstreamPool {
+			if err := useUpstreamPool(obj); err != nil {
+				return nil, err
+			}
+		}
 		if err := customize(obj, spec); err != nil {
 			return nil, fmt.Errorf("customizing %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
@@ -177,6 +185,20 @@ func customize(obj *unstructured.Unstructured, spec ClusterSpec) error {
 		return err
 	}
 	obj.Object = content
+	return nil
+}
+
+// useUpstreamPool turns the template's CAPDMP DockerMachinePool, and the MachinePool's reference
+// to it, into upstream CAPD's DockerMachinePool of the same name, which makes its containers from
+// kindest/node:<MachinePool version>.
+func useUpstreamPool(obj *unstructured.Unstructured) error {
+	switch {
+	case obj.GetKind() == "MachinePool":
+		return setNested(obj.Object, capdv1.GroupVersion.Group, "spec", "template", "spec", "infrastructureRef", "apiGroup")
+	case obj.GetKind() == "DockerMachinePool" && obj.GroupVersionKind().Group == infrav1.GroupVersion.Group:
+		obj.SetAPIVersion(capdv1.GroupVersion.String())
+		obj.Object["spec"] = map[string]any{"template": map[string]any{}}
+	}
 	return nil
 }
 

@@ -107,6 +107,9 @@ func summarize(out io.Writer, code int, wall time.Duration) int {
 			fmt.Fprintf(out, "%s remediation: %s\n", r.name, rem)
 		}
 	}
+	if kitUpstream != "" {
+		fmt.Fprintf(out, "conformance kit, upstream CAPD: %s\n", kitUpstream)
+	}
 	fmt.Fprintf(out, "suite wall time: %s\n", wall.Round(time.Second))
 	fmt.Fprintf(out, "skew-violations: %d\n", violations)
 	fmt.Fprintf(out, "%d passed, %d failed\n", passed, failed)
@@ -132,7 +135,14 @@ type scenario struct {
 func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenario {
 	t.Helper()
 	s := startScenario(t, name)
-	spec.Name = "e2e-" + name
+	s.watch(s.createCluster(spec))
+	return s
+}
+
+// createCluster creates the scenario's cluster with the suite's settings for a busy machine.
+func (s *scenario) createCluster(spec realworld.ClusterSpec) *realworld.Cluster {
+	s.t.Helper()
+	spec.Name = "e2e-" + s.res.name
 	spec.SkipAddons = true
 	spec.KubeadmTimeout = 10 * time.Minute
 	// A control-plane join under the suite's load once took 5.5 minutes, past CAPD's default.
@@ -142,8 +152,7 @@ func newScenario(t *testing.T, name string, spec realworld.ClusterSpec) *scenari
 	c, err := world.CreateCluster(s.ctx, spec)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.logf("cluster %s: control plane %s x%d, pool %s x%d", c.Name, spec.ControlPlaneVersion, spec.ControlPlaneReplicas, spec.PoolVersion, spec.PoolReplicas)
-	s.watch(c)
-	return s
+	return c
 }
 
 // startScenario starts a scenario's clock, log and result; watch gives it its cluster.
