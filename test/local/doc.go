@@ -5,5 +5,6 @@
 //
 // The control plane is driven at the contract level: tests write the KubeadmControlPlane's
 // status.versions as a control plane provider would while it upgrades machine by machine. The
-// real tier, with real kubelets and the real KubeadmControlPlane, is test/realnode.
+// real tier, with real kubelets and the real KubeadmControlPlane, is test/local/real (on
+// test/realworld); test/realnode is the node images' smoke test.
 package local
