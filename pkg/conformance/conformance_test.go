@@ -130,7 +130,7 @@ func TestUpgradeBothAtOnce(t *testing.T) {
 			for _, v := range report.Violations {
 				details = append(details, v.Detail)
 			}
-			g.Expect(len(details)).To(Equal(len(tt.wantViolations)), "%v", details)
+			g.Expect(details).To(HaveLen(len(tt.wantViolations)), "%v", details)
 			for i, want := range tt.wantViolations {
 				g.Expect(details[i]).To(ContainSubstring(want))
 			}

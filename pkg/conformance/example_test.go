@@ -24,7 +24,7 @@ func (p launchTemplatePool) InstanceVersions(context.Context) ([]string, error) 
 	return versions, nil
 }
 
-func (p launchTemplatePool) MakeVersionAvailable(_ context.Context, version string) error {
+func (p launchTemplatePool) MakeVersionAvailable(_ context.Context, _ string) error {
 	// e.g. look up or build the machine image of version, so the MachinePool can use it.
 	return nil
 }
