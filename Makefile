@@ -91,7 +91,7 @@ real-tier: envtest-binaries test-realnode
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
 	eval "$$(hack/docker-engine.sh start)" && go test -tags e2e_local -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
 	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/local/real/ 2>&1 | tee $(E2E_LOCAL_LOG); \
-	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
+	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
 

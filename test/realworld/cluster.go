@@ -190,7 +190,7 @@ func customize(obj *unstructured.Unstructured, spec ClusterSpec) error {
 
 // useUpstreamPool turns the template's CAPDMP DockerMachinePool, and the MachinePool's reference
 // to it, into upstream CAPD's DockerMachinePool of the same name, which makes its containers from
-// kindest/node:<MachinePool version>.
+// kindest/node:<MachinePool version>, and leaves the node's name to kubeadm.
 func useUpstreamPool(obj *unstructured.Unstructured) error {
 	switch {
 	case obj.GetKind() == "MachinePool":
@@ -198,6 +198,10 @@ func useUpstreamPool(obj *unstructured.Unstructured) error {
 	case obj.GetKind() == "DockerMachinePool" && obj.GroupVersionKind().Group == infrav1.GroupVersion.Group:
 		obj.SetAPIVersion(capdv1.GroupVersion.String())
 		obj.Object["spec"] = map[string]any{"template": map[string]any{}}
+	case obj.GetKind() == "KubeadmConfig":
+		// CAPD runs the join without cloud-init's templating: kubeadm names the node after the
+		// container's hostname by itself.
+		unstructured.RemoveNestedField(obj.Object, "spec", "joinConfiguration", "nodeRegistration", "name")
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
@@ -195,4 +196,23 @@ func TestControlPlaneMachineConditions(t *testing.T) {
 		"DockerMachine c1-control-plane-a BootstrapExecSucceeded=False BootstrapFailed: Running boostrap command [ kubeadm join ] / ERROR: context deadline exceeded",
 		ContainSubstring("DockerMachine c1-control-plane-c: "),
 	))
+}
+
+func TestRenderClusterWithUpstreamPool(t *testing.T) {
+	g := NewWithT(t)
+	objs, err := renderCluster(ClusterSpec{Name: "c1", ControlPlaneVersion: "v1.36.3", ControlPlaneReplicas: 1, PoolVersion: "v1.36.3", PoolReplicas: 2, UpstreamPool: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	mp := &clusterv1.MachinePool{}
+	g.Expect(fromObjects(objs, "MachinePool", mp)).To(Succeed())
+	g.Expect(mp.Spec.Template.Spec.InfrastructureRef.APIGroup).To(Equal(capdv1.GroupVersion.Group))
+	var pools []string
+	for _, o := range objs {
+		if o.GetKind() == "DockerMachinePool" {
+			pools = append(pools, o.GetAPIVersion())
+		}
+	}
+	g.Expect(pools).To(Equal([]string{capdv1.GroupVersion.String()}))
+	config := &bootstrapv1.KubeadmConfig{}
+	g.Expect(fromObjects(objs, "KubeadmConfig", config)).To(Succeed())
+	g.Expect(config.Spec.JoinConfiguration.NodeRegistration.Name).To(BeEmpty(), "kubeadm names CAPD's nodes")
 }
