@@ -153,9 +153,9 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 	return s, nil
 }
 
-// InstallWebhooks installs the webhook configurations of a provider served at hostPort with the
+// installWebhooks installs the webhook configurations of a provider served at hostPort with the
 // API server's webhook certificate, for a manager running as a process of its own.
-func (s *APIServer) InstallWebhooks(ctx context.Context, hooks webhookConfigurations, hostPort string) error {
+func (s *APIServer) installWebhooks(ctx context.Context, hooks webhookConfigurations, hostPort string) error {
 	hooks.serveAt(hostPort, s.WebhookCA)
 	objs := make([]client.Object, 0, len(hooks.mutating)+len(hooks.validating))
 	for _, c := range hooks.mutating {

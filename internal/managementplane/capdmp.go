@@ -30,9 +30,9 @@ type ManagerOptions struct {
 // server, with the flags config/manager ships but leader election and metrics, and its webhooks
 // served on a local port with the API server's webhook certificate.
 type Manager struct {
-	o          ManagerOptions
-	server     *APIServer
-	webhookURL string
+	o           ManagerOptions
+	server      *APIServer
+	webhookAddr string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -49,12 +49,12 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 	if err != nil {
 		return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
 	}
-	m := &Manager{o: o, server: s, webhookURL: net.JoinHostPort(s.WebhookHost, strconv.Itoa(port))}
+	m := &Manager{o: o, server: s, webhookAddr: net.JoinHostPort(s.WebhookHost, strconv.Itoa(port))}
 	hooks, err := capdmpWebhooks()
 	if err != nil {
 		return nil, err
 	}
-	if err := s.InstallWebhooks(ctx, hooks, m.webhookURL); err != nil {
+	if err := s.installWebhooks(ctx, hooks, m.webhookAddr); err != nil {
 		return nil, err
 	}
 	if err := m.Start(ctx); err != nil {
@@ -70,7 +70,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.cmd != nil {
 		return errors.New("the CAPDMP manager is already running")
 	}
-	_, port, _ := net.SplitHostPort(m.webhookURL)
+	_, port, _ := net.SplitHostPort(m.webhookAddr)
 	args := append([]string{
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0",
 		"--webhook-port=" + port, "--webhook-cert-dir=" + m.server.WebhookCertDir,
@@ -99,7 +99,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	if err := waitServing(ctx, m.webhookURL, m.server.WebhookCA, time.Minute); err != nil {
+	if err := waitServing(ctx, m.webhookAddr, m.server.WebhookCA, time.Minute); err != nil {
 		return fmt.Errorf("waiting for the CAPDMP manager's webhooks (pid %d; its log says why): %w", cmd.Process.Pid, err)
 	}
 	return nil
