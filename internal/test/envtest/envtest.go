@@ -2,7 +2,7 @@
 // controller-runtime's envtest and the kube-apiserver and etcd that hack/envtest-binaries.sh builds:
 //
 //   - a management API server with the CRDs of Cluster API v1.14.2 (core, kubeadm bootstrap and
-//     control plane, CAPD) read from the module cache and CAPDMP's own from config/crd/bases;
+//     control plane, CAPD) and CAPDMP (internal/managementplane.CRDs);
 //   - optionally a workload API server with bootstrap token authentication, the kube-public
 //     cluster-info that kubeadm discovery reads, and RBAC letting bootstrap tokens register Nodes
 //     (for the stub kubeadm of test/nodeimage), plus helpers to create a Cluster's
