@@ -136,6 +136,16 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 	readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s := Sample{At: time.Now()}
+	// The kube-apiservers first, the pool after: versions only go up during an upgrade, so a pool
+	// read later can only look newer than it was when the kube-apiservers answered, and the
+	// sample errs toward counting a violation. The kube-apiservers are those of the containers
+	// running at the previous sample: one that stopped since still counts once, one that started
+	// since counts from the next sample.
+	workload := m.workload.Load()
+	var apiServers []string
+	if workload != nil {
+		apiServers = m.apiServers.versions()
+	}
 	nodes, ok := m.containers.containers()
 	if !ok {
 		return
@@ -151,10 +161,9 @@ func (m *Monitor) sampleOnce(ctx context.Context) {
 			poolNames[n.Name] = true
 		}
 	}
-	workload := m.workload.Load()
 	if workload != nil {
+		s.APIServers = apiServers
 		m.apiServers.track(ctx, controlPlane)
-		s.APIServers = m.apiServers.versions()
 	}
 	if workload != nil && workload.nodesInformer.HasSynced() && len(poolNames) > 0 {
 		nodeList := &corev1.NodeList{}
