@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/pkg/skew"
@@ -97,9 +97,9 @@ func UpgradeBothAtOnce(ctx context.Context, in Input) (Report, error) {
 	if !cluster.Spec.ControlPlaneRef.IsDefined() {
 		return Report{}, fmt.Errorf("cluster %s has no control plane", cluster.Name)
 	}
-	controlPlane, err := controlPlaneObject(ctx, in.Client, cluster)
+	controlPlane, err := external.GetObjectFromContractVersionedRef(ctx, in.Client, cluster.Spec.ControlPlaneRef, cluster.Namespace)
 	if err != nil {
-		return Report{}, err
+		return Report{}, fmt.Errorf("reading control plane %s %s: %w", cluster.Spec.ControlPlaneRef.Kind, cluster.Spec.ControlPlaneRef.Name, err)
 	}
 	if err := in.Pool.MakeVersionAvailable(ctx, in.To); err != nil {
 		return Report{}, fmt.Errorf("making %s available to the pool: %w", in.To, err)
@@ -180,22 +180,6 @@ func (r *Report) sample(ctx context.Context, in Input, controlPlane *unstructure
 	}
 	replicas := ptr.Deref(mp.Spec.Replicas, 1)
 	return upgraded && len(instances) == int(replicas) && ptr.Deref(mp.Status.ReadyReplicas, 0) == replicas, nil
-}
-
-// controlPlaneObject returns the Cluster's control plane as unstructured, read through its
-// contract reference.
-func controlPlaneObject(ctx context.Context, c client.Client, cluster *clusterv1.Cluster) (*unstructured.Unstructured, error) {
-	ref := cluster.Spec.ControlPlaneRef
-	mapping, err := c.RESTMapper().RESTMapping(schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind})
-	if err != nil {
-		return nil, fmt.Errorf("finding the API of %s %s: %w", ref.Kind, ref.Name, err)
-	}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(mapping.GroupVersionKind)
-	if err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, obj); err != nil {
-		return nil, fmt.Errorf("reading control plane %s %s: %w", ref.Kind, ref.Name, err)
-	}
-	return obj, nil
 }
 
 func setPoolVersion(ctx context.Context, c client.Client, key client.ObjectKey, version string) error {

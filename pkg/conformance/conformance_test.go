@@ -7,10 +7,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -97,6 +96,7 @@ func TestUpgradeBothAtOnce(t *testing.T) {
 			scheme := runtime.NewScheme()
 			g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
 			g.Expect(controlplanev1.AddToScheme(scheme)).To(Succeed())
+			g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
 			cluster := &clusterv1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
 				Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
@@ -112,9 +112,10 @@ func TestUpgradeBothAtOnce(t *testing.T) {
 				Spec:       clusterv1.MachinePoolSpec{ClusterName: "c1", Replicas: ptr.To[int32](2), Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: from}}},
 				Status:     clusterv1.MachinePoolStatus{ReadyReplicas: ptr.To[int32](2)},
 			}
-			mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{controlplanev1.GroupVersion})
-			mapper.Add(controlplanev1.GroupVersion.WithKind("KubeadmControlPlane"), meta.RESTScopeNamespace)
-			c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(cluster, kcp, mp).WithStatusSubresource(kcp, mp).Build()
+			// The control plane's CRD says which version serves the contract, as kustomize labels it.
+			crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{
+				Name: "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", Labels: map[string]string{clusterv1.GroupVersion.String(): "v1beta2"}}}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(crd, cluster, kcp, mp).WithStatusSubresource(kcp, mp).Build()
 			pool := &scriptedPool{c: c, instances: tt.instances, cpStatus: cpAlong}
 
 			report, err := UpgradeBothAtOnce(context.Background(), Input{
