@@ -192,7 +192,7 @@ func clusterContainers(ctx context.Context, plane *managementplane.Plane) (map[s
 	defer engine.Close()
 	counts := map[string]int{}
 	for _, c := range clusters.Items {
-		nodes, err := engine.List(ctx, map[string]string{clusterLabel: c.Name})
+		nodes, err := engine.List(ctx, map[string]string{container.KindClusterLabel: c.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +214,7 @@ func printLeftContainers(counts map[string]int, etcdDir string) {
 		}
 		clusters = append(clusters, fmt.Sprintf("%s (%d)", key, counts[key]))
 		_, name, _ := strings.Cut(key, "/")
-		remove = append(remove, fmt.Sprintf("  docker rm -f -v $(docker ps -aq --filter label=%s=%s)", clusterLabel, name))
+		remove = append(remove, fmt.Sprintf("  docker rm -f -v $(docker ps -aq --filter label=%s=%s)", container.KindClusterLabel, name))
 	}
 	if len(clusters) == 0 {
 		fmt.Println("Stopped. No cluster's container runs.")
@@ -227,9 +227,6 @@ To remove them instead, and make the plane forget them:
   rm -rf %s
 `, strings.Join(clusters, ", "), strings.Join(remove, "\n"), etcdDir)
 }
-
-// clusterLabel is kind's cluster label, which CAPD and CAPDMP put on every node.
-const clusterLabel = "io.x-k8s.kind.cluster"
 
 // nodeImageRecipeLabel is the label hack/node-images/build.sh puts on the images it builds.
 const nodeImageRecipeLabel = "io.capdmp.node-images.recipe"

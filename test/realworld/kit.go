@@ -5,24 +5,32 @@ import (
 	"fmt"
 
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
-// KitPool is the conformance kit's view of the cluster's pool on this engine: its worker
+// KitPool is the conformance kit's view of a cluster's pool on this engine: its worker
 // containers, each about to run or running the kubelet of its image's tag. CAPDMP's and upstream
 // CAPD's pools both make their nodes from kindest/node:<version> with kind's labels.
-func (c *Cluster) KitPool() conformance.Pool { return kitPool{c: c} }
+type KitPool struct {
+	c      *Cluster
+	engine *container.Docker
+}
 
-type kitPool struct{ c *Cluster }
-
-func (p kitPool) InstanceVersions(ctx context.Context) ([]string, error) {
+// KitPool returns the conformance kit's view of the cluster's pool; Close releases it.
+func (c *Cluster) KitPool() (*KitPool, error) {
 	engine, err := container.NewDocker()
 	if err != nil {
 		return nil, err
 	}
-	defer engine.Close()
-	workers, err := engine.List(ctx, map[string]string{clusterLabel: p.c.Name, container.KindRoleLabel: container.KindWorkerRole})
+	return &KitPool{c: c, engine: engine}, nil
+}
+
+// Close closes the pool's engine client.
+func (p *KitPool) Close() error { return p.engine.Close() }
+
+// InstanceVersions lists the version of each worker container of the cluster.
+func (p *KitPool) InstanceVersions(ctx context.Context) ([]string, error) {
+	workers, err := p.engine.List(ctx, map[string]string{container.KindClusterLabel: p.c.Name, container.KindRoleLabel: container.KindWorkerRole})
 	if err != nil {
 		return nil, err
 	}
@@ -39,14 +47,9 @@ func (p kitPool) InstanceVersions(ctx context.Context) ([]string, error) {
 
 // MakeVersionAvailable checks that the node image of version is on the engine: images are built
 // here, never pulled.
-func (p kitPool) MakeVersionAvailable(ctx context.Context, version string) error {
-	engine, err := container.NewDocker()
-	if err != nil {
-		return err
-	}
-	defer engine.Close()
+func (p *KitPool) MakeVersionAvailable(ctx context.Context, version string) error {
 	image := "kindest/node:" + version
-	ok, err := engine.ImageExists(ctx, image)
+	ok, err := p.engine.ImageExists(ctx, image)
 	if err != nil {
 		return err
 	}
@@ -55,6 +58,3 @@ func (p kitPool) MakeVersionAvailable(ctx context.Context, version string) error
 	}
 	return nil
 }
-
-// clusterLabel is kind's cluster label, on every node of CAPD's and CAPDMP's.
-const clusterLabel = "io.x-k8s.kind.cluster"

@@ -104,7 +104,7 @@ func (c *Cluster) StartMonitor(ctx context.Context, start time.Time, interval ti
 	ctx, cancel := context.WithCancel(ctx)
 	m := &Monitor{
 		c: c, interval: interval, out: out, start: start, stop: cancel, done: make(chan struct{}),
-		containers: newContainerView(engine, map[string]string{"io.x-k8s.kind.cluster": c.Name}),
+		containers: newContainerView(engine, map[string]string{container.KindClusterLabel: c.Name}),
 	}
 	m.apiServers = &apiServerVersions{interval: askInterval, ask: m.askVersion, wg: &m.wg, pollers: map[string]*apiServerPoller{}}
 	go m.run(ctx)

@@ -47,8 +47,11 @@ func TestConformanceKit(t *testing.T) {
 				// CAPDMP's pool is also watched by the suite's monitor, at every kube-apiserver.
 				s.watch(c)
 			}
+			pool, err := c.KitPool()
+			s.g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(func() { _ = pool.Close() })
 			s.waitControlPlane(v136, 1, clusterReady)
-			s.waitMachinePool(v136, 2, clusterReady)
+			s.waitMachinePool(pool, v136, 2, clusterReady)
 
 			// A pool with no gate never completes: its new nodes' kubeadm refuses to join an
 			// older control plane. Its run ends at the timeout, with what it saw.
@@ -57,7 +60,7 @@ func TestConformanceKit(t *testing.T) {
 				timeout = 6 * time.Minute
 			}
 			report, err := conformance.UpgradeBothAtOnce(s.ctx, conformance.Input{
-				Client: world.Client, MachinePool: client.ObjectKey{Namespace: c.Namespace, Name: c.Pool}, Pool: c.KitPool(),
+				Client: world.Client, MachinePool: client.ObjectKey{Namespace: c.Namespace, Name: c.Pool}, Pool: pool,
 				To: v137, PoolFirst: true, Interval: 100 * time.Millisecond, Timeout: timeout,
 			})
 			s.logf("kit: %d samples, %d judged, %d violations in %s; ended: %v", report.Samples, report.Judged, len(report.Violations), report.Duration.Round(time.Second), err)
@@ -84,12 +87,11 @@ func TestConformanceKit(t *testing.T) {
 // are the kit's finding, not the suite's.
 var kitUpstream string
 
-// waitMachinePool waits, through the contract, until the MachinePool has replicas ready
+// waitMachinePool waits, through the contract and pool, until the MachinePool has replicas ready
 // instances, all made for version.
-func (s *scenario) waitMachinePool(version string, replicas int32, timeout time.Duration) {
+func (s *scenario) waitMachinePool(pool *realworld.KitPool, version string, replicas int32, timeout time.Duration) {
 	s.t.Helper()
 	s.logf("waiting for the MachinePool at %s x%d", version, replicas)
-	pool := s.c.KitPool()
 	err := realworld.WaitFor(s.ctx, timeout, func(d string) { s.logf("%s", d) }, func(ctx context.Context) (bool, string, error) {
 		mp := &clusterv1.MachinePool{}
 		if err := world.Client.Get(ctx, client.ObjectKey{Namespace: s.c.Namespace, Name: s.c.Pool}, mp); err != nil {
