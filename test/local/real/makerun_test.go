@@ -3,7 +3,6 @@
 package real
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -11,12 +10,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gbytes"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,7 +79,7 @@ type makeRun struct {
 	dataDir string
 	cmd     *exec.Cmd
 	exited  chan struct{}
-	out     *syncBuffer
+	out     *gbytes.Buffer
 	// world reaches the plane through its kubeconfig.
 	world *realworld.World
 }
@@ -90,7 +89,7 @@ type makeRun struct {
 // after deleting the cluster.
 func startMakeRun(s *scenario, state string, fresh bool) *makeRun {
 	s.t.Helper()
-	r := &makeRun{dataDir: filepath.Join(envtest.RepoRoot(), "_artifacts", "e2e-local", "make-run", state), out: &syncBuffer{}}
+	r := &makeRun{dataDir: filepath.Join(envtest.RepoRoot(), "_artifacts", "e2e-local", "make-run", state), out: gbytes.NewBuffer()}
 	s.t.Cleanup(func() { r.interrupt(s) })
 	r.start(s, fresh)
 	return r
@@ -109,7 +108,7 @@ func (r *makeRun) start(s *scenario, fresh bool) {
 	r.cmd.Stdout = io.MultiWriter(r.out, prefixWriter{prefix: "  make run | ", w: s.out})
 	r.cmd.Stderr = r.cmd.Stdout
 	s.logf("make run RUN_FLAGS=%q", flags)
-	from := r.out.Len()
+	from := len(r.out.Contents())
 	s.g.Expect(r.cmd.Start()).To(Succeed())
 	exited := make(chan struct{})
 	r.exited = exited
@@ -117,7 +116,7 @@ func (r *makeRun) start(s *scenario, fresh bool) {
 
 	// Building the binaries is most of it when the Go cache is cold.
 	deadline := time.After(15 * time.Minute)
-	for !strings.Contains(r.out.String()[from:], "Management plane ready") {
+	for !strings.Contains(string(r.out.Contents()[from:]), "Management plane ready") {
 		select {
 		case <-exited:
 			s.t.Fatalf("make run ended before the plane was ready: %v", r.cmd.ProcessState)
@@ -142,7 +141,7 @@ func (r *makeRun) interrupt(s *scenario) string {
 		return ""
 	default:
 	}
-	from := r.out.Len()
+	from := len(r.out.Contents())
 	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT)
 	select {
 	case <-r.exited:
@@ -151,7 +150,7 @@ func (r *makeRun) interrupt(s *scenario) string {
 		<-r.exited
 		s.t.Errorf("make run did not stop within 2 minutes of Ctrl-C")
 	}
-	return r.out.String()[from:]
+	return string(r.out.Contents()[from:])
 }
 
 // user runs a shell command line as the README's user does: from the repository's root, with
@@ -214,28 +213,4 @@ func (s *scenario) containerNames() []string {
 	names, err := s.c.Containers(s.ctx)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	return names
-}
-
-// syncBuffer is a bytes.Buffer written by a process and read by the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
 }
