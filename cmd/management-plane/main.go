@@ -30,6 +30,7 @@ import (
 
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 type options struct {
@@ -162,7 +163,7 @@ func nodeImageVersions(ctx context.Context) []string {
 	parsed := map[string]semver.Version{}
 	var versions []string
 	for _, tag := range tags {
-		if v, err := semver.ParseTolerant(tag); err == nil {
+		if v, err := skew.ParseVersion(tag); err == nil {
 			parsed[tag] = v
 			versions = append(versions, tag)
 		}

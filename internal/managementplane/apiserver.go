@@ -144,7 +144,7 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 		return nil, err
 	}
 	if o.Kubeconfig != "" {
-		if err := WriteKubeconfig(cfg, o.Kubeconfig); err != nil {
+		if err := writeKubeconfig(cfg, o.Kubeconfig); err != nil {
 			_ = s.Stop()
 			return nil, err
 		}
@@ -201,8 +201,8 @@ func requireBinaries(dir string) error {
 	return nil
 }
 
-// WriteKubeconfig writes a kubeconfig for cfg (certificate or token auth) to path, mode 0600.
-func WriteKubeconfig(cfg *rest.Config, path string) error {
+// writeKubeconfig writes a kubeconfig for cfg (certificate or token auth) to path, mode 0600.
+func writeKubeconfig(cfg *rest.Config, path string) error {
 	kubeconfig := clientcmdapi.NewConfig()
 	kubeconfig.Clusters["capdmp-management"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kubeconfig.AuthInfos["capdmp-management"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
