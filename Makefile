@@ -27,7 +27,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
-	go vet -tags e2e,e2e_local ./test/e2e/... ./test/realnode/... ./test/local/real/...
+	go vet -tags e2e,e2e_local ./test/e2e/... ./test/smoke/... ./test/scenarios/realnodes/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
@@ -72,7 +72,7 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 #   exercise the gate, the bootstrap refresh and a manager restart with real kubelets;
 # - test-e2e-full: three versions with CoreDNS and every scenario.
 E2E_LOCAL_VERSIONS := v1.36.3 v1.37.2
-E2E_LOCAL_SCENARIOS := ^(TestUpgradeBothAtOnce|TestPauseLongerThanTokenTTL|TestManagerRestartMidUpgrade)/^machinepool-first
+E2E_LOCAL_SCENARIOS := s1-machinepool-first s3-pause-outlives-token-ttl s7-provider-restart
 E2E_FULL_VERSIONS := v1.35.4 v1.36.3 v1.37.2
 E2E_LOCAL_PARALLEL ?= 2
 E2E_LOCAL_TIMEOUT ?= 75m
@@ -80,17 +80,17 @@ E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
 
 .PHONY: test-e2e-local
 test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smoke test, three upgrade scenarios on real KCP, CAPD and CAPDMP nodes
-	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='$(E2E_LOCAL_SCENARIOS)'
+	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN=TestScenarios SCENARIOS="$(E2E_LOCAL_SCENARIOS)"
 
 .PHONY: test-e2e-full
 test-e2e-full: ## Full real tier: node images of three versions with CoreDNS, smoke test, every real scenario
 	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_FULL_VERSIONS)" NODE_IMAGES_COREDNS=true E2E_LOCAL_RUN=.
 
 .PHONY: real-tier
-real-tier: envtest-binaries test-realnode
+real-tier: envtest-binaries test-smoke
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
-	eval "$$(hack/docker-engine.sh start)" && go test -tags e2e_local -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
-	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/local/real/ 2>&1 | tee $(E2E_LOCAL_LOG); \
+	eval "$$(hack/docker-engine.sh start)" && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags e2e_local -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
+	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/scenarios/realnodes/ 2>&1 | tee $(E2E_LOCAL_LOG); \
 	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
@@ -118,12 +118,13 @@ run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl and bin
 
 DEMO_FROM ?= v1.36.3
 DEMO_TO ?= v1.37.2
+DEMO_SCENARIO ?= s1-machinepool-first
 
 .PHONY: demo
 demo: envtest-binaries docker-engine ## Scenario 1 with real nodes as a live timeline (builds the two node images first; Ctrl-C cleans up)
 	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(DEMO_FROM) $(DEMO_TO)"
-	go build -o $(BIN)/demo ./test/realworld/cmd/demo
-	eval "$$(hack/docker-engine.sh env)" && $(BIN)/demo --from $(DEMO_FROM) --to $(DEMO_TO)
+	go build -o $(BIN)/demo ./test/framework/cmd/demo
+	eval "$$(hack/docker-engine.sh env)" && $(BIN)/demo --scenario $(DEMO_SCENARIO) --versions $(DEMO_FROM),$(DEMO_TO)
 
 .PHONY: build
 build: ## Build the manager binary

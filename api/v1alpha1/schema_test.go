@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
-	"github.com/capdmp/capdmp/internal/test/envtest"
+	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
 // TestSchemaValidation checks what the CRD schema rejects on a real kube-apiserver, without
@@ -19,7 +19,7 @@ import (
 func TestSchemaValidation(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	management, err := envtest.StartManagement(ctx)
+	management, err := testenv.StartManagement(ctx)
 	g.Expect(err).ToNot(HaveOccurred())
 	t.Cleanup(func() { _ = management.Stop() })
 

@@ -5,7 +5,7 @@
 #                                          haproxy load-balancer image; cached outside the clone
 #   make node-images NODE_IMAGE_VERSIONS=v1.36.3
 #   make node-images-binaries              only the Kubernetes binaries (no Docker needed)
-#   make test-realnode                     smoke test: control plane + worker + pod per version
+#   make test-smoke                     smoke test: control plane + worker + pod per version
 #   make node-images-clean                 remove the cache folder (not the images in Docker)
 
 NODE_IMAGE_VERSIONS ?= v1.35.4 v1.36.3 v1.37.2
@@ -19,9 +19,9 @@ NODE_IMAGES_COREDNS_VERSION ?= v1.14.2
 # serves too).
 NODE_IMAGES_COREDNS ?= true
 NODE_IMAGES_ENV = CAPDMP_CACHE="$(CAPDMP_CACHE)" NODE_IMAGE_VERSIONS="$(NODE_IMAGE_VERSIONS)" NODE_IMAGES_COREDNS="$(NODE_IMAGES_COREDNS)" NODE_IMAGES_COREDNS_VERSION="$(NODE_IMAGES_COREDNS_VERSION)"
-REALNODE_TEST_TIMEOUT ?= 45m
+SMOKE_TEST_TIMEOUT ?= 45m
 
-.PHONY: node-images node-images-binaries node-images-clean test-realnode
+.PHONY: node-images node-images-binaries node-images-clean test-smoke
 
 node-images: ## Build kindest/node:<version> images and CAPD's haproxy image from source (cached)
 	$(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/build.sh $(NODE_IMAGE_VERSIONS)
@@ -31,9 +31,9 @@ node-images-binaries: ## Build only the static Kubernetes binaries of NODE_IMAGE
 	  $(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/kube-binaries.sh $$v || exit 1; \
 	done
 
-test-realnode: node-images ## Smoke test of the node images (build tag e2e_local): kubeadm init, join, pod
+test-smoke: node-images ## Smoke test of the node images (build tag e2e_local): kubeadm init, join, pod
 	eval "$$(hack/docker-engine.sh start)" && $(NODE_IMAGES_ENV) \
-	  $(NODE_IMAGES_NICE) go test -tags e2e_local -count=1 -timeout $(REALNODE_TEST_TIMEOUT) -v ./test/realnode/...
+	  $(NODE_IMAGES_NICE) go test -tags e2e_local -count=1 -timeout $(SMOKE_TEST_TIMEOUT) -v ./test/smoke/...
 
 node-images-clean: ## Remove the node-images cache folder
 	rm -rf "$(CAPDMP_CACHE)/node-images"

@@ -22,7 +22,7 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
-	"github.com/capdmp/capdmp/internal/test/envtest"
+	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
 // TestPlane starts the plane as cmd/management-plane does, checks that every provider's webhooks
@@ -33,11 +33,11 @@ func TestPlane(t *testing.T) {
 	ctx := context.Background()
 	ctrl.SetLogger(logr.Discard())
 	dockerengine.Require(t)
-	assets, err := envtest.BinaryAssetsDirectory(ctx)
+	assets, err := testenv.BinaryAssetsDirectory(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	manager := filepath.Join(t.TempDir(), "manager")
 	build := exec.CommandContext(ctx, "go", "build", "-o", manager, ".")
-	build.Dir = envtest.RepoRoot()
+	build.Dir = testenv.RepoRoot()
 	out, err := build.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "building the manager: %s", out)
 

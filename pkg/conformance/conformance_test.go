@@ -2,11 +2,14 @@ package conformance
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,129 +20,210 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
-// scriptedPool plays a provider: each sample its instances move one step along the script, and
-// the control plane's status follows its own script.
-type scriptedPool struct {
-	mu        sync.Mutex
-	c         client.Client
-	step      int
-	instances [][]string
-	cpStatus  [][]string
-	available []string
+const from, to = "v1.36.3", "v1.37.2"
+
+// fakeProvider plays a control plane provider and a pool provider on a fake client: each call
+// of Instances is a reconcile of both. The control plane replaces its machine in two steps; the
+// pool makes its instances at the MachinePool's version, at once or, gated, once the control
+// plane runs it.
+type fakeProvider struct {
+	mu      sync.Mutex
+	c       client.Client
+	gated   bool
+	version func(mpVersion string) string // the version the pool makes instances of
+	stuck   bool                          // the pool never rolls
+	blind   bool                          // the control plane never reports a version
 }
 
-func (p *scriptedPool) InstanceVersions(ctx context.Context) ([]string, error) {
+func (p *fakeProvider) Client() client.Client { return p.c }
+
+func (p *fakeProvider) MachinePool() client.ObjectKey {
+	return client.ObjectKey{Namespace: "ns", Name: "workers"}
+}
+
+func (p *fakeProvider) MakeVersionAvailable(context.Context, string) error { return nil }
+
+func (p *fakeProvider) Instances(ctx context.Context) ([]Instance, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := min(p.step, len(p.instances)-1)
-	p.step++
-	// The control plane moves on after this sample, as if reconciled in between.
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	if err := p.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "c1-cp"}, kcp); err != nil {
 		return nil, err
 	}
-	kcp.Status.Versions = nil
-	for _, v := range p.cpStatus[min(p.step, len(p.cpStatus)-1)] {
-		kcp.Status.Versions = append(kcp.Status.Versions, clusterv1.StatusVersion{Version: v, Replicas: 1})
-	}
-	if err := p.c.Status().Update(ctx, kcp); err != nil {
+	mp := &clusterv1.MachinePool{}
+	if err := p.c.Get(ctx, p.MachinePool(), mp); err != nil {
 		return nil, err
 	}
-	return p.instances[i], nil
+	var versions []string
+	for _, v := range kcp.Status.Versions {
+		versions = append(versions, v.Version)
+	}
+	// The pool reconciles against what the control plane reported before this call.
+	version := mp.Spec.Template.Spec.Version
+	if p.version != nil {
+		version = p.version(version)
+	}
+	if p.stuck || (p.gated && !slices.Equal(versions, []string{version})) {
+		version = mp.Status.NodeRefs[0].Name
+	}
+	mp.Status.NodeRefs = []corev1.ObjectReference{{Name: version}, {Name: version}}
+	if err := p.c.Status().Update(ctx, mp); err != nil {
+		return nil, err
+	}
+	if !p.blind && !slices.Equal(versions, []string{kcp.Spec.Version}) {
+		next := []clusterv1.StatusVersion{{Version: versions[0], Replicas: 1}, {Version: kcp.Spec.Version, Replicas: 1}}
+		if len(versions) == 2 {
+			next = []clusterv1.StatusVersion{{Version: kcp.Spec.Version, Replicas: 1}}
+		}
+		kcp.Status.Versions = next
+		if err := p.c.Status().Update(ctx, kcp); err != nil {
+			return nil, err
+		}
+	}
+	return []Instance{{Name: "a", Version: version}, {Name: "b", Version: version}}, nil
 }
 
-func (p *scriptedPool) MakeVersionAvailable(_ context.Context, version string) error {
-	p.available = append(p.available, version)
-	return nil
+type gatedProvider struct{ *fakeProvider }
+
+func (p gatedProvider) Gate(context.Context) (string, string, error) { return "", "", nil }
+
+func newFakeProvider(t *testing.T) *fakeProvider {
+	t.Helper()
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
+	g.Expect(controlplanev1.AddToScheme(scheme)).To(Succeed())
+	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
+		Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: "c1-cp"}},
+	}
+	kcp := &controlplanev1.KubeadmControlPlane{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-cp"},
+		Spec:       controlplanev1.KubeadmControlPlaneSpec{Version: from},
+		Status: controlplanev1.KubeadmControlPlaneStatus{
+			Versions:       []clusterv1.StatusVersion{{Version: from, Replicas: 1}},
+			Initialization: controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: ptr.To(true)},
+		},
+	}
+	mp := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "workers"},
+		Spec:       clusterv1.MachinePoolSpec{ClusterName: "c1", Replicas: ptr.To[int32](2), Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: from}}},
+		// The fake pool keeps the version of its instances in its NodeRefs' names.
+		Status: clusterv1.MachinePoolStatus{ReadyReplicas: ptr.To[int32](2), NodeRefs: []corev1.ObjectReference{{Name: from}, {Name: from}}},
+	}
+	// The control plane's CRD says which version serves the contract, as kustomize labels it.
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{
+		Name: "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", Labels: map[string]string{clusterv1.GroupVersion.String(): "v1beta2"}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(crd, cluster, kcp, mp).WithStatusSubresource(kcp, mp).Build()
+	return &fakeProvider{c: c}
 }
 
-func TestUpgradeBothAtOnce(t *testing.T) {
-	const from, to = "v1.36.3", "v1.37.2"
-	cpAlong := [][]string{{from}, {from}, {from, to}, {to}, {to}, {to}}
+func TestScenarioRun(t *testing.T) {
+	pollInterval = 5 * time.Millisecond
+	t.Cleanup(func() { pollInterval = time.Second })
+	options := Options{
+		Versions: []string{"v1.35.4", from, to}, Interval: time.Millisecond,
+		Budgets: Budgets{ClusterReady: time.Second, ControlPlaneUpgrade: time.Second, PoolUpgrade: 200 * time.Millisecond, Gate: time.Second},
+	}
 	tests := []struct {
 		name           string
-		instances      [][]string
-		wantViolations []string
+		provider       func(*fakeProvider)
+		wantViolations string
 		wantErr        string
+		// neverReady: the cluster is never ready, and the scenario's steps never run.
+		neverReady bool
 	}{
-		{
-			name:      "a gated pool waits for the control plane",
-			instances: [][]string{{from, from}, {from, from}, {from, from}, {from, from}, {from, to}, {to, to}},
-		},
-		{
-			name:      "an ungated pool creates new kubelets at once",
-			instances: [][]string{{from, to}, {to, to}, {to, to}, {to, to}},
-			// One instance in the first sample, two in each of the next two, until the control
-			// plane reports only v1.37.2.
-			wantViolations: []string{
-				"instance's kubelet v1.37.2 newer than kube-apiserver v1.36.3",
-				"instance's kubelet v1.37.2 newer than kube-apiserver v1.36.3",
-				"instance's kubelet v1.37.2 newer than kube-apiserver v1.36.3",
-				"instance's kubelet v1.37.2 newer than kube-apiserver v1.36.3",
-				"instance's kubelet v1.37.2 newer than kube-apiserver v1.36.3",
-			},
-		},
-		{
-			name:           "a version that cannot be read counts",
-			instances:      [][]string{{"latest"}, {from, from}, {from, from}, {from, from}, {to, to}},
-			wantViolations: []string{`"latest" is not a Kubernetes version`},
-		},
-		{
-			name:      "a pool that never gets there",
-			instances: [][]string{{from, from}},
-			wantErr:   "did not complete",
-		},
+		{name: "a gated pool waits for the control plane", provider: func(p *fakeProvider) { p.gated = true }},
+		{name: "an ungated pool makes new kubelets at once", wantViolations: "instance's kubelet v1.37.2 newer than kube-apiserver v1.36.3"},
+		{name: "a version that cannot be read counts", provider: func(p *fakeProvider) {
+			p.version = func(v string) string {
+				if v == to {
+					return "latest"
+				}
+				return v
+			}
+		}, wantViolations: `"latest" is not a Kubernetes version`, wantErr: "pool at v1.37.2"},
+		{name: "a pool that never gets there", provider: func(p *fakeProvider) { p.stuck = true }, wantErr: "pool at v1.37.2: after 200ms"},
+		{name: "a monitor that saw no control plane version fails the run", provider: func(p *fakeProvider) {
+			p.blind = true
+			p.c = blindControlPlane{p.c}
+		}, wantErr: "judged none", neverReady: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			scheme := runtime.NewScheme()
-			g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
-			g.Expect(controlplanev1.AddToScheme(scheme)).To(Succeed())
-			g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-			cluster := &clusterv1.Cluster{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"},
-				Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
-					APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: "c1-cp"}},
+			p := newFakeProvider(t)
+			if tt.provider != nil {
+				tt.provider(p)
 			}
-			kcp := &controlplanev1.KubeadmControlPlane{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-cp"},
-				Spec:       controlplanev1.KubeadmControlPlaneSpec{Version: from},
-				Status:     controlplanev1.KubeadmControlPlaneStatus{Versions: []clusterv1.StatusVersion{{Version: from, Replicas: 1}}},
-			}
-			mp := &clusterv1.MachinePool{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "workers"},
-				Spec:       clusterv1.MachinePoolSpec{ClusterName: "c1", Replicas: ptr.To[int32](2), Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: from}}},
-				Status:     clusterv1.MachinePoolStatus{ReadyReplicas: ptr.To[int32](2)},
-			}
-			// The control plane's CRD says which version serves the contract, as kustomize labels it.
-			crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{
-				Name: "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", Labels: map[string]string{clusterv1.GroupVersion.String(): "v1beta2"}}}
-			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(crd, cluster, kcp, mp).WithStatusSubresource(kcp, mp).Build()
-			pool := &scriptedPool{c: c, instances: tt.instances, cpStatus: cpAlong}
-
-			report, err := UpgradeBothAtOnce(context.Background(), Input{
-				Client: c, MachinePool: client.ObjectKeyFromObject(mp), Pool: pool, To: to, PoolFirst: true,
-				Interval: time.Millisecond, Timeout: 200 * time.Millisecond,
-			})
+			s, ok := Lookup("s1-machinepool-first")
+			g.Expect(ok).To(BeTrue())
+			report, err := s.Run(context.Background(), p, options)
 			if tt.wantErr != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
 			} else {
 				g.Expect(err).NotTo(HaveOccurred())
 			}
+			g.Expect(report.Scenario).To(Equal("s1-machinepool-first"))
 			var details []string
-			for _, v := range report.Violations {
+			for _, v := range report.Monitor.Violations {
 				details = append(details, v.Detail)
 			}
-			g.Expect(details).To(HaveLen(len(tt.wantViolations)), "%v", details)
-			for i, want := range tt.wantViolations {
-				g.Expect(details[i]).To(ContainSubstring(want))
+			if tt.wantViolations == "" {
+				g.Expect(details).To(BeEmpty())
+			} else {
+				g.Expect(details).NotTo(BeEmpty())
+				g.Expect(details).To(HaveEach(ContainSubstring(tt.wantViolations)))
 			}
-			g.Expect(pool.available).To(Equal([]string{to}))
-			g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(mp), mp)).To(Succeed())
-			g.Expect(mp.Spec.Template.Spec.Version).To(Equal(to))
-			g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kcp), kcp)).To(Succeed())
-			g.Expect(kcp.Spec.Version).To(Equal(to))
+			mp := &clusterv1.MachinePool{}
+			g.Expect(p.c.Get(context.Background(), p.MachinePool(), mp)).To(Succeed())
+			if !tt.neverReady {
+				g.Expect(mp.Spec.Template.Spec.Version).To(Equal(to))
+			}
 		})
+	}
+}
+
+// blindControlPlane hides the control plane's status.versions, as a provider that does not
+// report them would.
+type blindControlPlane struct{ client.Client }
+
+func (b blindControlPlane) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := b.Client.Get(ctx, key, obj); err != nil {
+		return err
+	}
+	if u, ok := obj.(interface{ UnstructuredContent() map[string]any }); ok && strings.HasSuffix(key.Name, "-cp") {
+		delete(u.UnstructuredContent(), "status")
+	}
+	return nil
+}
+
+func TestRunnableOn(t *testing.T) {
+	g := NewWithT(t)
+	p := newFakeProvider(t)
+	s, ok := Lookup("s6-pool-ahead")
+	g.Expect(ok).To(BeTrue())
+	runnable, missing := s.RunnableOn(p)
+	g.Expect(runnable).To(BeFalse())
+	g.Expect(missing).To(Equal([]Capability{NeedsGate}))
+	runnable, _ = s.RunnableOn(gatedProvider{p})
+	g.Expect(runnable).To(BeTrue())
+	_, err := s.Run(context.Background(), p, Options{Versions: []string{from, to}})
+	g.Expect(err).To(MatchError(ContainSubstring("needs [Gated]")))
+}
+
+func TestScenarioNames(t *testing.T) {
+	g := NewWithT(t)
+	seen := map[string]bool{}
+	for _, s := range Scenarios {
+		g.Expect(s.Name).To(MatchRegexp(`^s[0-9]-[a-z0-9-]+$`))
+		g.Expect(seen).NotTo(HaveKey(s.Name), "names are unique")
+		seen[s.Name] = true
+		g.Expect(s.Doc).NotTo(BeEmpty())
+		g.Expect(s.Shape.Versions).To(BeNumerically(">=", 2))
+		_, err := s.From([]string{from})
+		g.Expect(err).To(MatchError(ContainSubstring("needs")))
 	}
 }

@@ -34,5 +34,5 @@ func TestConfig(t *testing.T) {
 	for _, name := range []string{KubernetesVersionManagement, KubernetesVersionUpgradeFrom, KubernetesVersionUpgradeTo, IPFamily, CNIPath} {
 		g.Expect(config.Variables).To(HaveKey(name))
 	}
-	g.Expect(config.Intervals).To(HaveKey("upgrade-both-at-once/wait-version-gate"))
+	g.Expect(config.Intervals).To(HaveKey("default/wait-version-gate"))
 }

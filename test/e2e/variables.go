@@ -9,6 +9,9 @@ const (
 	KubernetesVersionUpgradeFrom = "KUBERNETES_VERSION_UPGRADE_FROM"
 	// KubernetesVersionUpgradeTo is the version the control plane and the MachinePools move to.
 	KubernetesVersionUpgradeTo = "KUBERNETES_VERSION_UPGRADE_TO"
+	// KubernetesVersionUpgradeToNext is the version after KubernetesVersionUpgradeTo, for the
+	// table's chain of two upgrades.
+	KubernetesVersionUpgradeToNext = "KUBERNETES_VERSION_UPGRADE_TO_NEXT"
 	// IPFamily is kind's IP family of the management cluster (IPv4, IPv6 or dual).
 	IPFamily = "IP_FAMILY"
 	// CNIPath is the CNI manifest applied to each workload cluster; empty means kindnet from

@@ -14,13 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/capdmp/capdmp/internal/test/envtest"
+	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
 // repoRoot is the root of the repository, so that the tests run from any working directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	return envtest.RepoRoot()
+	return testenv.RepoRoot()
 }
 
 // decodeObjects decodes a multi-document YAML stream into objects, skipping empty documents.

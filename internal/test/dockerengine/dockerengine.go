@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capdmp/capdmp/internal/test/envtest"
+	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
 // Host returns the DOCKER_HOST of an engine that answers `docker version`: the environment's, or
@@ -28,7 +28,7 @@ func Host(ctx context.Context) (string, error) {
 		}
 		return h, nil
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(envtest.RepoRoot(), "hack", "docker-engine.sh"), "env")
+	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(), "hack", "docker-engine.sh"), "env")
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("no Docker engine answers (hack/docker-engine.sh env: %w)", err)

@@ -1,0 +1,535 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// Write is one object of a user's apply.
+type Write string
+
+const (
+	// WriteControlPlane writes the control plane's spec.version.
+	WriteControlPlane Write = "control plane spec.version"
+	// WriteMachinePool writes the MachinePool's spec.template.spec.version.
+	WriteMachinePool Write = "MachinePool spec.template.spec.version"
+	// WriteImage writes the pool's image (ImageWriter).
+	WriteImage Write = "pool image"
+)
+
+// Capability is an optional interface a scenario needs of a Cluster.
+type Capability string
+
+const (
+	NeedsGate              Capability = "Gated"
+	NeedsImageWriter       Capability = "ImageWriter"
+	NeedsRestarter         Capability = "Restarter"
+	NeedsBootstrapRecorder Capability = "BootstrapRecorder"
+)
+
+func (c Capability) of(cluster Cluster) bool {
+	var ok bool
+	switch c {
+	case NeedsGate:
+		_, ok = cluster.(Gated)
+	case NeedsImageWriter:
+		_, ok = cluster.(ImageWriter)
+	case NeedsRestarter:
+		_, ok = cluster.(Restarter)
+	case NeedsBootstrapRecorder:
+		_, ok = cluster.(BootstrapRecorder)
+	}
+	return ok
+}
+
+// Shape is the cluster a scenario starts from.
+type Shape struct {
+	ControlPlaneReplicas, PoolReplicas int32
+	// CustomImage: the pool names its image apart from the MachinePool's version from the start
+	// (ImageWriter), e.g. CAPDMP's spec.template.customImage.
+	CustomImage bool
+	// Versions is how many versions of the caller's chain the scenario goes through (2, or 3 for
+	// a chain of two upgrades): it starts at the oldest of them.
+	Versions int
+}
+
+// Scenario is one row of the table: a cluster's shape and the user's steps on it.
+type Scenario struct {
+	// Name is the scenario's stable name, the same in every tier and report.
+	Name string
+	// Doc says what the scenario proves.
+	Doc   string
+	Shape Shape
+	Needs []Capability
+	steps func(*Run) error
+}
+
+// Scenarios is the table, in the order a tier should start them (the longest first).
+var Scenarios = []Scenario{
+	{
+		Name: "s2-three-node-control-plane", Doc: "a three-node control plane mid-upgrade runs kube-apiservers of two versions; the pool waits for the last one",
+		Shape: Shape{ControlPlaneReplicas: 3, PoolReplicas: 1, Versions: 2}, Needs: []Capability{NeedsGate},
+		steps: func(r *Run) error {
+			if err := r.Upgrade(r.Version(1), 0, WriteMachinePool, WriteControlPlane); err != nil {
+				return err
+			}
+			if !r.mon.Report().SawWhileWaiting(string(skew.ControlPlaneOlder)) {
+				return errors.New("the monitor never saw kube-apiservers of two versions while the gate held the pool")
+			}
+			return nil
+		},
+	},
+	upgradeBothAtOnce("s1-controlplane-first", Shape{}, 0, WriteControlPlane, WriteMachinePool),
+	upgradeBothAtOnce("s1-machinepool-first", Shape{}, 0, WriteMachinePool, WriteControlPlane),
+	upgradeBothAtOnce("s1-machinepool-first-2s-apart", Shape{}, 2*time.Second, WriteMachinePool, WriteControlPlane),
+	upgradeBothAtOnce("s1-image-first", Shape{CustomImage: true}, time.Second, WriteImage, WriteMachinePool, WriteControlPlane),
+	upgradeBothAtOnce("s1-image-between", Shape{CustomImage: true}, 0, WriteControlPlane, WriteImage, WriteMachinePool),
+	{
+		Name: "s3-pause-outlives-token-ttl", Doc: "the control plane's upgrade starts after the pool's pause outlived the bootstrap token's TTL; the first new instance joins with data newer than the pause",
+		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 1, Versions: 2}, Needs: []Capability{NeedsGate, NeedsBootstrapRecorder},
+		steps: pauseOutlivesTokenTTL,
+	},
+	{
+		Name: "s4-scale-and-replace-while-paused", Doc: "while paused, a scale-up and a deleted Machine are served at the last admitted version, then the upgrade completes",
+		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 2, Versions: 2}, Needs: []Capability{NeedsGate},
+		steps: scaleAndReplaceWhilePaused,
+	},
+	{
+		Name: "s5-chain", Doc: "two upgrades in a row, the pool following each, 10 s between the writes: MachinePool first, then the image first",
+		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 2, Versions: 3}, Needs: []Capability{NeedsImageWriter},
+		steps: func(r *Run) error {
+			if err := r.Upgrade(r.Version(1), 10*time.Second, WriteMachinePool, WriteControlPlane); err != nil {
+				return err
+			}
+			return r.Upgrade(r.Version(2), 10*time.Second, WriteImage, WriteMachinePool, WriteControlPlane)
+		},
+	},
+	{
+		Name: "s6-pool-ahead", Doc: "a pool set one minor ahead of a control plane that is not upgraded waits with a clear condition and creates nothing; set back, it keeps its instances",
+		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 1, Versions: 2}, Needs: []Capability{NeedsGate},
+		steps: poolAhead,
+	},
+	{
+		Name: "s7-provider-restart", Doc: "the provider restarted while the pool waits in an upgrade of both at once; the upgrade completes",
+		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 2, Versions: 2}, Needs: []Capability{NeedsGate, NeedsRestarter},
+		steps: func(r *Run) error {
+			if err := r.Apply(r.Version(1), 0, WriteMachinePool, WriteControlPlane); err != nil {
+				return err
+			}
+			if err := r.WaitGate(string(skew.ControlPlaneOlder)); err != nil {
+				return err
+			}
+			if err := r.c.(Restarter).RestartProvider(r.ctx); err != nil {
+				return fmt.Errorf("restarting the provider: %w", err)
+			}
+			r.Logf("restarted the provider while the pool waits")
+			return r.waitUpgraded(r.Version(1))
+		},
+	},
+}
+
+// upgradeBothAtOnce is scenario 1 in one order: the writes gap apart, then both upgrade.
+func upgradeBothAtOnce(name string, shape Shape, gap time.Duration, writes ...Write) Scenario {
+	shape.ControlPlaneReplicas, shape.PoolReplicas, shape.Versions = 1, 2, 2
+	order := make([]string, 0, len(writes))
+	for _, w := range writes {
+		order = append(order, string(w))
+	}
+	s := Scenario{
+		Name: name, Shape: shape,
+		Doc:   fmt.Sprintf("control plane and pool upgraded at once, %s apart: %s", gap, strings.Join(order, ", ")),
+		steps: func(r *Run) error { return r.Upgrade(r.Version(1), gap, writes...) },
+	}
+	if slices.Contains(writes, WriteImage) {
+		s.Needs = []Capability{NeedsImageWriter}
+	}
+	return s
+}
+
+func pauseOutlivesTokenTTL(r *Run) error {
+	if err := r.Apply(r.Version(1), 0, WriteMachinePool); err != nil {
+		return err
+	}
+	if err := r.WaitGate(string(skew.ControlPlaneOlder)); err != nil {
+		return err
+	}
+	recorder := r.c.(BootstrapRecorder)
+	atPause, err := recorder.BootstrapDataAtPause(r.ctx)
+	if err != nil || atPause == "" {
+		return fmt.Errorf("reading the bootstrap data at the pause (%q): %w", atPause, err)
+	}
+	hold := r.o.TokenTTL + 15*time.Second
+	r.Logf("paused with bootstrap data %s; holding the control plane back for the token TTL and 15 s (%s)", cut(atPause, 12), hold)
+	if err := sleep(r.ctx, hold); err != nil {
+		return err
+	}
+	if err := r.Apply(r.Version(1), 0, WriteControlPlane); err != nil {
+		return err
+	}
+	if err := r.waitUpgraded(r.Version(1)); err != nil {
+		return err
+	}
+	joined, err := recorder.BootstrapData(r.ctx, r.Version(1))
+	if err != nil {
+		return fmt.Errorf("reading the bootstrap data of the new instances: %w", err)
+	}
+	if len(joined) == 0 {
+		return fmt.Errorf("no instance of %s records its bootstrap data", r.Version(1))
+	}
+	for instance, data := range joined {
+		if data == "" || strings.HasPrefix(atPause, data) {
+			return fmt.Errorf("instance %s joined with bootstrap data %q, not newer than the pause's %s", instance, data, cut(atPause, 12))
+		}
+		r.Logf("instance %s joined with bootstrap data %s (pause: %s)", instance, data, cut(atPause, 12))
+	}
+	return nil
+}
+
+func scaleAndReplaceWhilePaused(r *Run) error {
+	if err := r.Apply(r.Version(1), 0, WriteMachinePool); err != nil {
+		return err
+	}
+	if err := r.WaitGate(string(skew.ControlPlaneOlder)); err != nil {
+		return err
+	}
+	replicas := r.s.Shape.PoolReplicas + 1
+	if err := SetMachinePool(r.ctx, r.c, "replicas", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(replicas) }); err != nil {
+		return err
+	}
+	r.Logf("scaled the MachinePool to %d while paused", replicas)
+	machines := &clusterv1.MachineList{}
+	if err := r.c.Client().List(r.ctx, machines, client.InNamespace(r.c.MachinePool().Namespace),
+		client.MatchingLabels{clusterv1.MachinePoolNameLabel: r.c.MachinePool().Name}); err != nil {
+		return fmt.Errorf("listing the pool's Machines: %w", err)
+	}
+	if len(machines.Items) == 0 {
+		return errors.New("the pool has no Machine to delete")
+	}
+	victim := machines.Items[0]
+	if err := r.c.Client().Delete(r.ctx, &victim); err != nil {
+		return fmt.Errorf("deleting Machine %s: %w", victim.Name, err)
+	}
+	r.Logf("deleted Machine %s while paused", victim.Name)
+	if err := r.WaitPool(r.Version(0), replicas, r.o.Budgets.PoolUpgrade); err != nil {
+		return err
+	}
+	if names, err := r.instanceNames(); err != nil || slices.Contains(names, victim.Name) {
+		return fmt.Errorf("the deleted Machine's instance %s is still there (%v, %v)", victim.Name, names, err)
+	}
+	if err := r.Apply(r.Version(1), 0, WriteControlPlane); err != nil {
+		return err
+	}
+	return r.waitUpgraded(r.Version(1))
+}
+
+func poolAhead(r *Run) error {
+	before, err := r.instanceNames()
+	if err != nil {
+		return err
+	}
+	if err := r.Apply(r.Version(1), 0, WriteMachinePool); err != nil {
+		return err
+	}
+	if err := r.WaitGate(string(skew.ControlPlaneOlder)); err != nil {
+		return err
+	}
+	_, message, err := r.c.(Gated).Gate(r.ctx)
+	if err != nil {
+		return err
+	}
+	r.Logf("the pool waits: %s", message)
+	if !strings.Contains(message, r.Version(0)) || !strings.Contains(message, r.Version(1)) {
+		return fmt.Errorf("the pool's word on why it waits names neither %s nor %s: %q", r.Version(0), r.Version(1), message)
+	}
+	if err := sleep(r.ctx, r.o.Budgets.Settle); err != nil {
+		return err
+	}
+	if after, err := r.instanceNames(); err != nil || !slices.Equal(before, after) {
+		return fmt.Errorf("the pool's instances changed while it waited: %v, then %v (%v)", before, after, err)
+	}
+	if err := r.Apply(r.Version(0), 0, WriteMachinePool); err != nil {
+		return err
+	}
+	if err := r.WaitGate(""); err != nil {
+		return err
+	}
+	if err := r.WaitPool(r.Version(0), r.s.Shape.PoolReplicas, r.o.Budgets.ClusterReady); err != nil {
+		return err
+	}
+	if after, err := r.instanceNames(); err != nil || !slices.Equal(before, after) {
+		return fmt.Errorf("set back, the pool replaced its instances: %v, then %v (%v)", before, after, err)
+	}
+	return nil
+}
+
+// Lookup finds a scenario of the table by name.
+func Lookup(name string) (Scenario, bool) {
+	i := slices.IndexFunc(Scenarios, func(s Scenario) bool { return s.Name == name })
+	if i < 0 {
+		return Scenario{}, false
+	}
+	return Scenarios[i], true
+}
+
+// RunnableOn tells whether c has every capability the scenario needs, and names those it lacks.
+func (s Scenario) RunnableOn(c Cluster) (bool, []Capability) {
+	var missing []Capability
+	for _, n := range s.Needs {
+		if !n.of(c) {
+			missing = append(missing, n)
+		}
+	}
+	return len(missing) == 0, missing
+}
+
+// From is the version the scenario's cluster starts at, out of the caller's chain (oldest first).
+func (s Scenario) From(versions []string) (string, error) {
+	if len(versions) < s.Shape.Versions {
+		return "", fmt.Errorf("scenario %s needs %d versions, got %v", s.Name, s.Shape.Versions, versions)
+	}
+	return versions[len(versions)-s.Shape.Versions], nil
+}
+
+// Budgets bound the scenario's waits: a caller sets them for its machines.
+type Budgets struct {
+	// ClusterReady bounds the wait for a new cluster's first control-plane machine, and for its
+	// pool.
+	ClusterReady time.Duration
+	// ControlPlaneMachine is added for each further control-plane machine.
+	ControlPlaneMachine time.Duration
+	// ControlPlaneUpgrade bounds a control plane's upgrade of its first machine.
+	ControlPlaneUpgrade time.Duration
+	// PoolUpgrade bounds the pool's rollout once the control plane is upgraded.
+	PoolUpgrade time.Duration
+	// Gate bounds the wait for the pool to say it waits.
+	Gate time.Duration
+	// Settle is how long a waiting pool is watched to create nothing.
+	Settle time.Duration
+}
+
+// Options configure a scenario's run.
+type Options struct {
+	// Versions the caller can run, oldest first; the scenario uses the newest Shape.Versions.
+	Versions []string
+	// Interval between the monitor's samples.
+	Interval time.Duration
+	Budgets  Budgets
+	// TokenTTL is the bootstrap token's TTL, which scenario 3's pause outlives.
+	TokenTTL time.Duration
+	// Logf prints the scenario's steps; nil prints nothing.
+	Logf func(format string, args ...any)
+	// OnChange gets each sample that differs from the one before: the timeline. Nil ignores them.
+	OnChange func(Sample)
+	// AfterControlPlaneWait is called after each wait for the control plane, with its error.
+	AfterControlPlaneWait func(error)
+}
+
+// Latency is the gate's re-open latency to a version (MonitorReport.ReopenLatency).
+type Latency struct {
+	Target                     string
+	FromAPIServers, FromStatus time.Duration
+}
+
+// Report is what a scenario's run saw.
+type Report struct {
+	Scenario string
+	Duration time.Duration
+	Monitor  MonitorReport
+	// Latencies to each version the pool was upgraded to.
+	Latencies []Latency
+}
+
+// Run is one scenario's run on one cluster: the steps scenarios are made of.
+type Run struct {
+	ctx      context.Context //nolint:containedctx // a run's steps share its context
+	s        Scenario
+	c        Cluster
+	o        Options
+	versions []string
+	mon      *Monitor
+	targets  []string
+}
+
+// Run runs the scenario on c, which the caller made in s.Shape at s.From(o.Versions): it
+// samples c from the start (Observer, else ContractSource), waits for the cluster to be ready,
+// runs the steps and stops. The error says which step failed, or that the monitor judged
+// nothing; violations are in the report, for the caller to judge.
+func (s Scenario) Run(ctx context.Context, c Cluster, o Options) (Report, error) {
+	if ok, missing := s.RunnableOn(c); !ok {
+		return Report{Scenario: s.Name}, fmt.Errorf("scenario %s needs %v of the cluster", s.Name, missing)
+	}
+	if _, err := s.From(o.Versions); err != nil {
+		return Report{Scenario: s.Name}, err
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	var src Source = ContractSource{Cluster: c}
+	if obs, ok := c.(Observer); ok {
+		src = obs.Source()
+	}
+	r := &Run{ctx: ctx, s: s, c: c, o: o, versions: o.Versions[len(o.Versions)-s.Shape.Versions:]}
+	r.mon = StartMonitor(ctx, src, o.Interval, o.OnChange)
+	err := r.waitReady()
+	if err == nil {
+		err = s.steps(r)
+	}
+	report := Report{Scenario: s.Name, Monitor: r.mon.Stop()}
+	report.Duration = time.Since(report.Monitor.Start)
+	report.Latencies = report.Monitor.Latencies(r.targets...)
+	if blind := report.Monitor.Coverage.Blind(); blind != "" {
+		err = errors.Join(err, fmt.Errorf("%s (%s)", blind, report.Monitor.Coverage))
+	}
+	return report, err
+}
+
+// Version is the i-th version of the scenario's chain: 0 is where it starts.
+func (r *Run) Version(i int) string { return r.versions[i] }
+
+// Logf prints a step of the scenario.
+func (r *Run) Logf(format string, args ...any) { r.o.Logf(format, args...) }
+
+func (r *Run) waitReady() error {
+	replicas := r.s.Shape.ControlPlaneReplicas
+	budget := r.o.Budgets.ClusterReady + time.Duration(replicas-1)*r.o.Budgets.ControlPlaneMachine
+	if err := r.WaitControlPlane(r.Version(0), replicas, budget); err != nil {
+		return err
+	}
+	return r.WaitPool(r.Version(0), r.s.Shape.PoolReplicas, r.o.Budgets.ClusterReady)
+}
+
+// Apply writes version to the objects in order, gap apart, as kubectl apply or helm upgrade.
+func (r *Run) Apply(version string, gap time.Duration, writes ...Write) error {
+	if slices.Contains(writes, WriteControlPlane) || slices.Contains(writes, WriteMachinePool) {
+		if err := r.c.MakeVersionAvailable(r.ctx, version); err != nil {
+			return fmt.Errorf("making %s available to the pool: %w", version, err)
+		}
+	}
+	for i, w := range writes {
+		if i > 0 {
+			if err := sleep(r.ctx, gap); err != nil {
+				return err
+			}
+		}
+		var err error
+		switch w {
+		case WriteControlPlane:
+			err = SetControlPlaneVersion(r.ctx, r.c, version)
+		case WriteMachinePool:
+			err = SetMachinePool(r.ctx, r.c, "version "+version, func(mp *clusterv1.MachinePool) { mp.Spec.Template.Spec.Version = version })
+		case WriteImage:
+			w, ok := r.c.(ImageWriter)
+			if !ok {
+				return fmt.Errorf("scenario %s writes the pool's image, and the cluster is no ImageWriter", r.s.Name)
+			}
+			err = w.SetImage(r.ctx, version)
+		}
+		if err != nil {
+			return err
+		}
+		r.Logf("applied %s = %s", w, version)
+	}
+	return nil
+}
+
+// Upgrade applies version and waits until the control plane and the pool run it.
+func (r *Run) Upgrade(version string, gap time.Duration, writes ...Write) error {
+	if err := r.Apply(version, gap, writes...); err != nil {
+		return err
+	}
+	return r.waitUpgraded(version)
+}
+
+func (r *Run) waitUpgraded(version string) error {
+	replicas := r.s.Shape.ControlPlaneReplicas
+	if err := r.WaitControlPlane(version, replicas, r.o.Budgets.ControlPlaneUpgrade+time.Duration(replicas-1)*r.o.Budgets.ControlPlaneMachine); err != nil {
+		return err
+	}
+	r.targets = append(r.targets, version)
+	poolReplicas := r.s.Shape.PoolReplicas
+	mp := &clusterv1.MachinePool{}
+	if err := r.c.Client().Get(r.ctx, r.c.MachinePool(), mp); err == nil {
+		poolReplicas = ptr.Deref(mp.Spec.Replicas, poolReplicas)
+	}
+	return r.WaitPool(version, poolReplicas, r.o.Budgets.PoolUpgrade)
+}
+
+// WaitControlPlane waits until the control plane runs version on replicas machines.
+func (r *Run) WaitControlPlane(version string, replicas int32, timeout time.Duration) error {
+	r.Logf("waiting for the control plane at %s x%d", version, replicas)
+	err := WaitFor(r.ctx, timeout, func(p string) { r.Logf("%s", p) }, func(ctx context.Context) (bool, string, error) {
+		return ControlPlaneAt(ctx, r.c, version, replicas)
+	})
+	if r.o.AfterControlPlaneWait != nil {
+		r.o.AfterControlPlaneWait(err)
+	}
+	if err != nil {
+		return fmt.Errorf("control plane at %s: %w", version, err)
+	}
+	return nil
+}
+
+// WaitPool waits until the pool has replicas ready instances of version.
+func (r *Run) WaitPool(version string, replicas int32, timeout time.Duration) error {
+	r.Logf("waiting for the pool at %s x%d", version, replicas)
+	err := WaitFor(r.ctx, timeout, func(p string) { r.Logf("%s", p) }, func(ctx context.Context) (bool, string, error) {
+		return PoolAt(ctx, r.c, version, replicas)
+	})
+	if err != nil {
+		return fmt.Errorf("pool at %s: %w", version, err)
+	}
+	return nil
+}
+
+// WaitGate waits until the pool says it waits for reason ("": it does not wait).
+func (r *Run) WaitGate(reason string) error {
+	gated := r.c.(Gated)
+	err := WaitFor(r.ctx, r.o.Budgets.Gate, nil, func(ctx context.Context) (bool, string, error) {
+		got, _, err := gated.Gate(ctx)
+		return got == reason, got, err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the pool to wait with %q: %w", reason, err)
+	}
+	r.Logf("the pool's gate: %q", reason)
+	return nil
+}
+
+func (r *Run) instanceNames() ([]string, error) {
+	instances, err := r.c.Instances(r.ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(instances))
+	for _, i := range instances {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
