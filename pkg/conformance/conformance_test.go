@@ -191,7 +191,7 @@ func TestScenarioRun(t *testing.T) {
 type blindControlPlane struct{ client.Client }
 
 func (b blindControlPlane) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if err := b.Client.Get(ctx, key, obj); err != nil {
+	if err := b.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
 	if u, ok := obj.(interface{ UnstructuredContent() map[string]any }); ok && strings.HasSuffix(key.Name, "-cp") {

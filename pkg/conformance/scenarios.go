@@ -30,6 +30,7 @@ const (
 // Capability is an optional interface a scenario needs of a Cluster.
 type Capability string
 
+// The capabilities, named as their interfaces.
 const (
 	NeedsGate              Capability = "Gated"
 	NeedsImageWriter       Capability = "ImageWriter"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/capdmp/capdmp/pkg/conformance"
 	"io"
 	"net/http"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/pkg/conformance"
 )
 
 // observer samples a cluster for pkg/conformance's monitor (Cluster.Source). A sample reads
@@ -140,24 +140,24 @@ type managementStatus struct {
 
 // readManagement keeps managementStatus current, every interval, apart from the samples: a plane
 // reached through its kubeconfig (Attach) answers in tens of milliseconds, not from memory.
-func (m *observer) readManagement(ctx context.Context) {
+func (o *observer) readManagement(ctx context.Context) {
 	ticker := time.NewTicker(observeInterval)
 	defer ticker.Stop()
 	for {
 		readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		// What could not be read (a plane restarting) stays as last read.
 		status := managementStatus{}
-		if last := m.management.Load(); last != nil {
+		if last := o.management.Load(); last != nil {
 			status = *last
 		}
-		if pool, err := m.c.poolFrom(readCtx, m.c.w.cached); err == nil {
+		if pool, err := o.c.poolFrom(readCtx, o.c.w.cached); err == nil {
 			status.gate = pool.Status.VersionGate.WaitingReason
 		}
-		if kcp, err := m.c.controlPlaneFrom(readCtx, m.c.w.cached); err == nil {
+		if kcp, err := o.c.controlPlaneFrom(readCtx, o.c.w.cached); err == nil {
 			status.controlPlane = statusVersions(kcp)
 		}
 		cancel()
-		m.management.Store(&status)
+		o.management.Store(&status)
 		select {
 		case <-ctx.Done():
 			return
@@ -168,12 +168,12 @@ func (m *observer) readManagement(ctx context.Context) {
 
 // connect makes the workload clients as soon as the workload kubeconfig exists; the watch on
 // Nodes lives as long as the monitor.
-func (m *observer) connect(ctx context.Context) {
+func (o *observer) connect(ctx context.Context) {
 	ticker := time.NewTicker(observeInterval)
 	defer ticker.Stop()
 	for {
-		if w, err := m.dialWorkload(ctx); err == nil {
-			m.workload.Store(w)
+		if w, err := o.dialWorkload(ctx); err == nil {
+			o.workload.Store(w)
 			return
 		}
 		select {
@@ -184,10 +184,10 @@ func (m *observer) connect(ctx context.Context) {
 	}
 }
 
-func (m *observer) dialWorkload(ctx context.Context) (*workloadClients, error) {
+func (o *observer) dialWorkload(ctx context.Context) (*workloadClients, error) {
 	getCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	cfg, err := m.c.WorkloadConfig(getCtx)
+	cfg, err := o.c.WorkloadConfig(getCtx)
 	if err != nil {
 		return nil, err
 	}
@@ -210,18 +210,18 @@ func (m *observer) dialWorkload(ctx context.Context) (*workloadClients, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.wg.Go(func() { _ = nodes.Start(ctx) })
+	o.wg.Go(func() { _ = nodes.Start(ctx) })
 	return &workloadClients{http: httpClient, nodes: nodes, nodesInformer: informer}, nil
 }
 
 // askVersion asks the kube-apiserver at ip, a control-plane node's own address rather than the
 // load balancer's, for its version.
-func (m *observer) askVersion(ctx context.Context, ip string) (string, error) {
+func (o *observer) askVersion(ctx context.Context, ip string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+ip+":6443/version", http.NoBody)
 	if err != nil {
 		return "", err
 	}
-	resp, err := m.workload.Load().http.Do(req)
+	resp, err := o.workload.Load().http.Do(req)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-// Package nodeimage builds CAPDMP's test node image, a few-megabyte stand-in for kindest/node on
+// Package stubnode builds CAPDMP's stub node image, a few-megabyte stand-in for kindest/node on
 // machines where no image can be pulled: FROM scratch, Debian's static busybox, a tiny init and a
 // stub kubeadm whose `join` proves the bootstrap token against a real kube-apiserver and registers
 // the Node. It is tagged kindest/node:<version> for each Kubernetes version a test needs, and

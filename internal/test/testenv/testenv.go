@@ -1,4 +1,4 @@
-// Package envtest starts the API servers CAPDMP's integration tests run against, with
+// Package testenv starts the API servers CAPDMP's integration tests run against, with
 // controller-runtime's envtest and the kube-apiserver and etcd that hack/envtest-binaries.sh builds:
 //
 //   - a management API server with the CRDs of Cluster API v1.14.2 (core, kubeadm bootstrap and
@@ -10,11 +10,11 @@
 //
 // Typical use, in a package's suite_test.go:
 //
-//	var env *envtest.Environment
+//	var env *testenv.Environment
 //
 //	func TestMain(m *testing.M) {
 //		var err error
-//		if env, err = envtest.Start(context.Background(), envtest.Options{Workload: true}); err != nil {
+//		if env, err = testenv.Start(context.Background(), testenv.Options{Workload: true}); err != nil {
 //			fmt.Fprintln(os.Stderr, err)
 //			os.Exit(1)
 //		}
