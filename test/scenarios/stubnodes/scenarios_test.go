@@ -154,36 +154,24 @@ func (c *testCluster) controlPlaneProvider(ctx context.Context, replicas int32) 
 		old := slices.IndexFunc(machines, func(v string) bool { return v != target })
 		switch {
 		case old < 0:
-			if sleep(ctx, 100*time.Millisecond) != nil {
-				return
-			}
+			time.Sleep(100 * time.Millisecond)
 			continue
 		case len(machines) == int(replicas):
 			delay := machineReplacement
 			if !slices.Contains(machines, target) {
 				delay = machineStartup
 			}
-			if sleep(ctx, delay) != nil {
-				return
-			}
+			time.Sleep(delay)
 			machines = append(machines, target)
 		default:
-			if sleep(ctx, machineReplacement) != nil {
-				return
-			}
+			time.Sleep(machineReplacement)
 			machines = slices.Delete(machines, old, old+1)
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		if err := writeControlPlaneStatus(ctx, key, machines); err != nil && ctx.Err() == nil {
 			c.t.Errorf("control plane provider: %v", err)
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
 	}
 }
