@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -64,20 +67,33 @@ type Source interface {
 }
 
 // ContractSource reads a Cluster through the contract: the control plane's status.versions, then
-// the pool's instances.
-type ContractSource struct{ Cluster Cluster }
+// the pool's instances. It resolves the control plane once: a sample then costs one read of it.
+type ContractSource struct {
+	cluster      Cluster
+	controlPlane *unstructured.Unstructured
+}
+
+// NewContractSource returns the contract's Source for c.
+func NewContractSource(c Cluster) *ContractSource { return &ContractSource{cluster: c} }
 
 // Observe implements Source.
-func (s ContractSource) Observe(ctx context.Context) (Sample, error) {
-	cp, err := controlPlane(ctx, s.Cluster)
-	if err != nil {
-		return Sample{}, err
+func (s *ContractSource) Observe(ctx context.Context) (Sample, error) {
+	if s.controlPlane == nil {
+		cp, err := controlPlane(ctx, s.cluster)
+		if err != nil {
+			return Sample{}, err
+		}
+		s.controlPlane = cp
+	}
+	cp := s.controlPlane.DeepCopy()
+	if err := s.cluster.Client().Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
+		return Sample{}, fmt.Errorf("reading control plane %s: %w", cp.GetName(), err)
 	}
 	status, err := skew.ReadControlPlane(cp)
 	if err != nil {
 		return Sample{}, err
 	}
-	instances, err := s.Cluster.Instances(ctx)
+	instances, err := s.cluster.Instances(ctx)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -85,7 +101,7 @@ func (s ContractSource) Observe(ctx context.Context) (Sample, error) {
 	for _, i := range instances {
 		sample.Instances = append(sample.Instances, i.Version)
 	}
-	if g, ok := s.Cluster.(Gated); ok {
+	if g, ok := s.cluster.(Gated); ok {
 		sample.Gate, _, _ = g.Gate(ctx)
 	}
 	return sample, nil

@@ -375,7 +375,7 @@ func (s Scenario) Run(ctx context.Context, c Cluster, o Options) (Report, error)
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	var src Source = ContractSource{Cluster: c}
+	var src Source = NewContractSource(c)
 	if obs, ok := c.(Observer); ok {
 		src = obs.Source()
 	}

@@ -101,17 +101,24 @@ func (c stubCluster) RestartProvider(context.Context) error {
 }
 
 // Source implements conformance.Observer.
-func (c stubCluster) Source() conformance.Source { return c }
+func (c stubCluster) Source() conformance.Source {
+	return stubSource{contract: conformance.NewContractSource(c), c: c}
+}
 
-// Observe reads the control plane's status.versions first (conformance.ContractSource): a pool
-// read after it can only look newer than it was, and a sample errs toward a violation. The
+// stubSource reads the control plane's status.versions first (conformance.ContractSource): a
+// pool read after it can only look newer than it was, and a sample errs toward a violation. The
 // kubelets are those of the Nodes named as the pool's containers.
-func (c stubCluster) Observe(ctx context.Context) (conformance.Sample, error) {
-	sample, err := conformance.ContractSource{Cluster: c}.Observe(ctx)
+type stubSource struct {
+	contract *conformance.ContractSource
+	c        stubCluster
+}
+
+func (s stubSource) Observe(ctx context.Context) (conformance.Sample, error) {
+	sample, err := s.contract.Observe(ctx)
 	if err != nil {
 		return sample, err
 	}
-	instances, err := c.Instances(ctx)
+	instances, err := s.c.Instances(ctx)
 	if err != nil {
 		return sample, err
 	}
