@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
-	"github.com/capdmp/capdmp/internal/test/dockerengine"
+	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
 )
@@ -374,8 +374,8 @@ func (c *Cluster) Delete(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	if len(left) > 0 {
-		_, _ = dockerengine.Docker(ctx, c.w.DockerHost, nil, append([]string{"rm", "-f", "-v"}, left...)...)
-		return errors.Join(waitErr, fmt.Errorf("containers left after deleting Cluster %s (removed now): %v", c.Name, left))
+		return errors.Join(waitErr, fmt.Errorf("containers left after deleting Cluster %s (removed now): %v", c.Name, left),
+			c.w.RemoveClusterContainers(ctx, c.Name))
 	}
 	return waitErr
 }
@@ -383,26 +383,28 @@ func (c *Cluster) Delete(ctx context.Context, timeout time.Duration) error {
 // RemoveClusterContainers removes every container of cluster name (kind's cluster label), with
 // their volumes: the way out when the management plane cannot delete the cluster any more.
 func (w *World) RemoveClusterContainers(ctx context.Context, name string) error {
-	out, err := dockerengine.Docker(ctx, w.DockerHost, nil, "ps", "-aq", "--filter", "label=io.x-k8s.kind.cluster="+name)
+	containers, err := w.engine.List(ctx, map[string]string{container.KindClusterLabel: name})
 	if err != nil {
 		return err
 	}
-	if ids := strings.Fields(out); len(ids) > 0 {
-		if _, err := dockerengine.Docker(ctx, w.DockerHost, nil, append([]string{"rm", "-f", "-v"}, ids...)...); err != nil {
-			return err
-		}
+	var errs []error
+	for _, c := range containers {
+		errs = append(errs, w.engine.Delete(ctx, c.Name))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Containers lists the names of the cluster's containers (CAPD's and CAPDMP's carry kind's
 // cluster label).
 func (c *Cluster) Containers(ctx context.Context) ([]string, error) {
-	out, err := dockerengine.Docker(ctx, c.w.DockerHost, nil, "ps", "-a", "--filter", "label=io.x-k8s.kind.cluster="+c.Name, "--format", "{{.Names}}")
+	containers, err := c.w.engine.List(ctx, map[string]string{container.KindClusterLabel: c.Name})
 	if err != nil {
 		return nil, err
 	}
-	names := strings.Fields(out)
+	names := make([]string, 0, len(containers))
+	for _, ct := range containers {
+		names = append(names, ct.Name)
+	}
 	slices.Sort(names)
 	return names, nil
 }
