@@ -378,7 +378,8 @@ func bootstrapTimeoutOf(pool *infrav1.DockerMachinePool) time.Duration {
 }
 
 // failedBootstrapMessage names the step of a failed bootstrap, its exit code and the end of its
-// output: the output of kubeadm and friends, never the bootstrap data itself.
+// output: the output of kubeadm and friends, never the bootstrap data itself, with secrets
+// redacted by bootstrap.ParseStatus.
 func failedBootstrapMessage(status bootstrap.Status) string {
 	msg := "Bootstrap step " + status.Step + " exited with code " + itoa(status.ExitCode)
 	if status.Stopped {
@@ -460,11 +461,12 @@ func addressesOf(c container.Container) []clusterv1.MachineAddress {
 	return out
 }
 
-// tail keeps the end of a command's output, where errors are, within an event's size.
+// tail keeps the end of a command's output, where errors are, within an event's size, with
+// secrets redacted.
 func tail(out []byte) string {
 	const limit = 1024
 	if len(out) > limit {
 		out = out[len(out)-limit:]
 	}
-	return string(bytes.TrimSpace(out))
+	return bootstrap.Redact(string(bytes.TrimSpace(out)))
 }

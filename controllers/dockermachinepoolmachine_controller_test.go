@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,6 +71,11 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			status:      container.ExecResult{ExitCode: 84, Stdout: []byte("1\nruncmd[1]\nerror execution phase preflight\n")},
 			wantReason:  infrav1.BootstrapFailedReason,
 			wantMessage: "Bootstrap step runcmd[1] exited with code 1: error execution phase preflight"},
+		{name: "a failed step that printed a token, a certificate key and a PEM key: failed, the secrets redacted",
+			status: container.ExecResult{ExitCode: 84, Stdout: []byte("1\nkubeadm join --token abcdef.0123456789abcdef --certificate-key 6d1f0c\n" +
+				"[discovery] token abcdef.0123456789abcdef rejected\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMx\n-----END RSA PRIVATE KEY-----\n")},
+			wantReason:  infrav1.BootstrapFailedReason,
+			wantMessage: "Bootstrap step kubeadm join --token <redacted> --certificate-key <redacted> exited with code 1: [discovery] token <redacted bootstrap token> rejected\n<redacted PEM block>"},
 		{name: "a runner gone without a result: failed, not run twice", status: container.ExecResult{ExitCode: 81},
 			wantReason: infrav1.BootstrapFailedReason, wantMessage: "it is not run twice"},
 		{name: "systemd still booting: waits, runs nothing", status: container.ExecResult{ExitCode: 82},
@@ -121,9 +127,12 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			}
 			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
 				WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}).Build()
-			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt}
+			events := record.NewFakeRecorder(100)
+			r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt, recorder: events}
+			var log strings.Builder
+			ctx := ctrl.LoggerInto(context.Background(), funcr.New(func(prefix, args string) { log.WriteString(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 10}))
 
-			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: name}})
 			g.Expect(err).ToNot(HaveOccurred())
 			if tt.wantRequeue > 0 {
 				g.Expect(res.RequeueAfter).To(Equal(tt.wantRequeue))
@@ -142,7 +151,16 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 				g.Expect(string(runner)).To(ContainSubstring("kubeadm join"))
 				g.Expect(m.Labels).To(HaveKey(infrav1.BootstrapDataHashLabel), "the data the container runs is recorded")
 			}
-			g.Expect(cond.Message).ToNot(ContainSubstring("0123456789abcdef"), "bootstrap secrets never reach conditions")
+			close(events.Events)
+			var recorded []string
+			for e := range events.Events {
+				recorded = append(recorded, e)
+			}
+			for _, secret := range []string{"0123456789abcdef", "6d1f0c", "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMx"} {
+				g.Expect(cond.Message).ToNot(ContainSubstring(secret), "bootstrap secrets never reach conditions")
+				g.Expect(recorded).ToNot(ContainElement(ContainSubstring(secret)), "nor events")
+				g.Expect(log.String()).ToNot(ContainSubstring(secret), "nor the log")
+			}
 			g.Expect(conditions.Get(m, infrav1.ReadyCondition)).ToNot(BeNil())
 		})
 	}

@@ -125,7 +125,7 @@ func ParseStatus(res container.ExecResult) (Status, error) {
 		// The runner's report: the exit code (or stoppedMark), the step's name, its output.
 		code, rest, _ := bytes.Cut(res.Stdout, []byte("\n"))
 		step, output, _ := bytes.Cut(rest, []byte("\n"))
-		s := Status{State: StateFailed, Step: string(step), Output: bytes.TrimSpace(output)}
+		s := Status{State: StateFailed, Step: Redact(string(step)), Output: []byte(Redact(string(bytes.TrimSpace(output))))}
 		if string(code) == stoppedMark {
 			s.Stopped = true
 			return s, nil
@@ -137,7 +137,7 @@ func ParseStatus(res container.ExecResult) (Status, error) {
 		s.ExitCode = n
 		return s, nil
 	}
-	return Status{}, fmt.Errorf("bootstrap status check failed with exit code %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+	return Status{}, fmt.Errorf("bootstrap status check failed with exit code %d: %s", res.ExitCode, Redact(string(bytes.TrimSpace(res.Stderr))))
 }
 
 // Check runs StatusCommand in the node and returns how far its bootstrap went.
@@ -250,7 +250,7 @@ func execOK(ctx context.Context, e Execer, node, what string, argv []string, std
 		return fmt.Errorf("failed to %s in %s: %w", what, node, err)
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("failed to %s in %s: exit code %d: %s", what, node, res.ExitCode, bytes.TrimSpace(res.Stderr))
+		return fmt.Errorf("failed to %s in %s: exit code %d: %s", what, node, res.ExitCode, Redact(string(bytes.TrimSpace(res.Stderr))))
 	}
 	return nil
 }
