@@ -130,6 +130,9 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 			ValidatingWebhooks:      hooks.validating,
 		}
 	}
+	if err := DieWithParent(env); err != nil {
+		return nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", o.BinaryAssetsDirectory, err)

@@ -29,6 +29,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/capdmp/capdmp/internal/managementplane"
 )
 
 const (
@@ -71,6 +73,9 @@ func StartWorkload(ctx context.Context) (*Workload, error) {
 		return nil, err
 	}
 	env := &crenvtest.Environment{BinaryAssetsDirectory: assets}
+	if err := managementplane.DieWithParent(env); err != nil {
+		return nil, err
+	}
 	env.ControlPlane.GetAPIServer().Configure().Set("enable-bootstrap-token-auth", "true")
 	cfg, err := env.Start()
 	if err != nil {

@@ -1,0 +1,65 @@
+package managementplane
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// DieWithParent makes the kube-apiserver and etcd env starts die with the process that starts
+// them, however it ends: envtest starts them in a process group of their own, so a test or a
+// plane killed outright (or interrupted before its cleanup) left them running, holding ports and
+// CPU. Each binary is started through a wrapper that has setpriv (util-linux) set its
+// parent-death signal before it execs the binary, keeping its PID for envtest to stop it by.
+// Without setpriv it changes nothing and says so.
+func DieWithParent(env *crenvtest.Environment) error {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return fmt.Errorf("setpriv (util-linux) not found: kube-apiserver and etcd would outlive a killed process: %w", err)
+	}
+	sum := sha256.Sum256([]byte(env.BinaryAssetsDirectory))
+	dir := filepath.Join(os.TempDir(), "capdmp-die-with-parent-"+hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	wrap := func(binary string) (string, error) {
+		path := filepath.Join(dir, binary)
+		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, filepath.Join(env.BinaryAssetsDirectory, binary))
+		// Written whole and renamed, so that a process starting beside another never runs half a file.
+		tmp, err := os.CreateTemp(dir, binary+".*")
+		if err != nil {
+			return "", err
+		}
+		defer os.Remove(tmp.Name())
+		if _, err := tmp.WriteString(script); err != nil {
+			_ = tmp.Close()
+			return "", err
+		}
+		if err := tmp.Close(); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+			return "", err
+		}
+		return path, os.Rename(tmp.Name(), path)
+	}
+	apiServer, err := wrap("kube-apiserver")
+	if err != nil {
+		return fmt.Errorf("writing kube-apiserver's wrapper: %w", err)
+	}
+	etcd, err := wrap("etcd")
+	if err != nil {
+		return fmt.Errorf("writing etcd's wrapper: %w", err)
+	}
+	env.ControlPlane.GetAPIServer().Path = apiServer
+	if env.ControlPlane.Etcd == nil {
+		env.ControlPlane.Etcd = &crenvtest.Etcd{}
+	}
+	env.ControlPlane.Etcd.Path = etcd
+	return nil
+}
