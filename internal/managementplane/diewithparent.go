@@ -24,7 +24,7 @@ func DieWithParent(env *crenvtest.Environment) error {
 	}
 	sum := sha256.Sum256([]byte(env.BinaryAssetsDirectory))
 	dir := filepath.Join(os.TempDir(), "capdmp-die-with-parent-"+hex.EncodeToString(sum[:6]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	wrap := func(binary string) (string, error) {
@@ -43,7 +43,7 @@ func DieWithParent(env *crenvtest.Environment) error {
 		if err := tmp.Close(); err != nil {
 			return "", err
 		}
-		if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+		if err := os.Chmod(tmp.Name(), 0o700); err != nil { //nolint:gosec // a script: its owner runs it
 			return "", err
 		}
 		return path, os.Rename(tmp.Name(), path)

@@ -44,7 +44,7 @@ func TestDieWithParent(t *testing.T) {
 		t.Fatalf("the envtest binaries: %v", err)
 	}
 	dataDir := t.TempDir()
-	child := exec.Command(os.Args[0], "-test.run=^TestDieWithParent$", "-test.v")
+	child := exec.Command(os.Args[0], "-test.run=^TestDieWithParent$", "-test.v") //nolint:gosec // this test binary, run again as the child
 	child.Env = append(os.Environ(), dieWithParentChild+"="+dataDir)
 	out, err := child.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
