@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -118,6 +119,19 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 		err := c.Create(ctx, pool)
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
 		g.Expect(err.Error()).To(And(ContainSubstring("spec.template.customImage"), ContainSubstring("spec.template.extraMounts[1].containerPath")))
+	})
+
+	t.Run("hostile input is refused naming its field", func(t *testing.T) {
+		names := map[string]bool{}
+		for i, input := range hostileInputs {
+			t.Run(input.name, func(t *testing.T) {
+				g := NewWithT(t)
+				g.Expect(names).NotTo(HaveKey(input.name), "each input once")
+				names[input.name] = true
+				expectRefused(g, createHostile(ctx, c, namespace.Name, fmt.Sprintf("hostile-%d", i), input), input.wantField)
+			})
+		}
+		t.Logf("%d distinct hostile inputs refused", len(hostileInputs))
 	})
 
 	t.Run("a DockerMachinePoolTemplate changes only in the topology controller's dry runs", func(t *testing.T) {

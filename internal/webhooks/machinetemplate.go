@@ -3,6 +3,7 @@ package webhooks
 import (
 	"fmt"
 	"path"
+	"strings"
 
 	"github.com/distribution/reference"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +55,14 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 
 	seenPaths := make(map[string]int, len(template.ExtraMounts))
 	for i, mount := range template.ExtraMounts {
+		if reason := forbiddenPath(mount.HostPath, forbiddenHostPaths); reason != "" {
+			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("hostPath"),
+				fmt.Sprintf("%q %s: a node container is privileged, so this mount would give whoever may create a pool root on the Docker host", mount.HostPath, reason)))
+		}
+		if reason := forbiddenPath(mount.ContainerPath, forbiddenContainerPaths); reason != "" {
+			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("containerPath"),
+				fmt.Sprintf("%q %s: the node's init, kernel interfaces and kind's files live there", mount.ContainerPath, reason)))
+		}
 		mountPath := fldPath.Child("extraMounts").Index(i).Child("containerPath")
 		// Docker refuses two mounts on one mount point however the path is spelled.
 		cleaned := path.Clean(mount.ContainerPath)
@@ -68,4 +77,27 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 	}
 
 	return allErrs, warnings
+}
+
+// forbiddenHostPaths are host paths no pool may mount, nor anything below them ("/" only itself):
+// the host's root, its kernel interfaces and devices, and the container engines' sockets and
+// state.
+var forbiddenHostPaths = []string{"/", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet"}
+
+// forbiddenContainerPaths are where a mount would hide what the node needs.
+var forbiddenContainerPaths = []string{"/", "/proc", "/sys", "/dev", "/kind"}
+
+// forbiddenPath says why p is one of forbidden or below one of them, "" when it is neither. Paths
+// are compared cleaned, as Docker does.
+func forbiddenPath(p string, forbidden []string) string {
+	cleaned := path.Clean(p)
+	for _, f := range forbidden {
+		switch {
+		case cleaned == f:
+			return "is " + f
+		case f != "/" && strings.HasPrefix(cleaned, f+"/"):
+			return "is below " + f
+		}
+	}
+	return ""
 }
