@@ -166,8 +166,8 @@ type scenario struct {
 	targets []string
 }
 
-// startScenario starts a scenario's clock, log and result; its cleanup deletes its cluster (s.c,
-// whichever plane serves it then) and records the result.
+// startScenario starts a scenario's clock, log and result; its cleanup records the result, after
+// the cleanups registered later (the cluster's, then a plane's) have run.
 func startScenario(t *testing.T, name string) *scenario {
 	t.Helper()
 	s := &scenario{
@@ -175,16 +175,6 @@ func startScenario(t *testing.T, name string) *scenario {
 		out: prefixWriter{prefix: fmt.Sprintf("[%s] ", name), w: os.Stdout},
 	}
 	t.Cleanup(func() {
-		if s.mon != nil {
-			m := s.mon.Stop()
-			s.check(conformance.Report{Scenario: name, Monitor: m, Latencies: m.Latencies(s.targets...)}, nil)
-		}
-		if s.c != nil {
-			s.logf("deleting the cluster")
-			if err := s.c.Delete(context.Background(), 5*time.Minute); err != nil {
-				t.Errorf("deleting cluster %s: %v", s.c.Name, err)
-			}
-		}
 		s.res.failed, s.res.duration = t.Failed(), time.Since(s.start)
 		s.logf("done in %s (failed: %t)", s.res.duration.Round(time.Second), s.res.failed)
 		resultsMu.Lock()
@@ -209,6 +199,7 @@ func (s *scenario) createCluster(spec framework.ClusterSpec) *framework.Cluster 
 	c, err := world.CreateCluster(s.ctx, spec)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.c = c
+	s.t.Cleanup(s.deleteCluster)
 	s.logf("cluster %s: control plane %s x%d, pool %s x%d", c.Name, spec.ControlPlaneVersion, spec.ControlPlaneReplicas, spec.PoolVersion, spec.PoolReplicas)
 	return c
 }
@@ -273,10 +264,25 @@ func (s *scenario) timeline(x conformance.Sample) {
 		conformance.Summarize(x.Instances), conformance.Summarize(x.Kubelets), gate)
 }
 
-// watch starts the monitor of a cluster no table scenario runs on; the cleanup checks it.
+// watch starts the monitor of a cluster no table scenario runs on; its cleanup checks what the
+// monitor saw and deletes the cluster, before the cleanups registered earlier (a plane's) run.
 func (s *scenario) watch(c *framework.Cluster) {
 	s.c = c
 	s.mon = conformance.StartMonitor(s.ctx, c.Source(), 50*time.Millisecond, s.timeline)
+	s.t.Cleanup(func() {
+		m := s.mon.Stop()
+		s.check(conformance.Report{Scenario: s.res.name, Monitor: m, Latencies: m.Latencies(s.targets...)}, nil)
+		s.deleteCluster()
+	})
+}
+
+// deleteCluster deletes s.c through whichever plane serves it now, and fails the test if that
+// leaves anything behind.
+func (s *scenario) deleteCluster() {
+	s.logf("deleting the cluster")
+	if err := s.c.Delete(context.Background(), 5*time.Minute); err != nil {
+		s.t.Errorf("deleting cluster %s: %v", s.c.Name, err)
+	}
 }
 
 func (s *scenario) logf(format string, args ...any) {
