@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -43,8 +44,7 @@ type ScenarioSpecInput struct {
 // also needs KUBERNETES_VERSION_UPGRADE_TO_NEXT). The monitor samples the control-plane Nodes'
 // kubelets (kubeadm installs the kube-apiserver of the same version beside each) before the pool's
 // instances and worker Nodes, and the spec fails on any violation of the skew policy or a monitor
-// that judged nothing. A scenario that needs what a deployed provider cannot offer here (restarting
-// the provider in-process) is skipped with the reason.
+// that judged nothing. The provider is restarted by deleting its manager's Pods.
 func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 	var (
 		input            ScenarioSpecInput
@@ -110,9 +110,9 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 				Key: client.ObjectKeyFromObject(mp), ClusterName: clusterResources.Cluster.Name},
 			workload: input.BootstrapClusterProxy.GetWorkloadCluster(ctx, clusterResources.Cluster.Namespace, clusterResources.Cluster.Name).GetClient(),
 		}
-		if ok, missing := sc.RunnableOn(c); !ok {
-			Skip(fmt.Sprintf("scenario %s needs %v, which the deployed suite does not offer", sc.Name, missing))
-		}
+		// deployedCluster offers every capability the table asks for: one missing is a bug here.
+		ok, missing := sc.RunnableOn(c)
+		Expect(ok).To(BeTrue(), "scenario %s needs %v of the deployed cluster", sc.Name, missing)
 		if sc.Shape.CustomImage {
 			Expect(c.SetImage(ctx, from)).To(Succeed())
 		}
@@ -167,6 +167,35 @@ func (c deployedCluster) Instances(ctx context.Context) ([]conformance.Instance,
 	}
 	return instances, nil
 }
+
+// RestartProvider deletes the CAPDMP manager's Pods, as a node drain or an OOM kill would, and
+// waits until its Deployment is available again with new Pods.
+func (c deployedCluster) RestartProvider(ctx context.Context) error {
+	manager := client.MatchingLabels{"control-plane": "controller-manager"}
+	inNamespace := client.InNamespace(capdmpNamespace)
+	restartedAt := time.Now()
+	if err := c.Management.DeleteAllOf(ctx, &corev1.Pod{}, inNamespace, manager); err != nil {
+		return fmt.Errorf("deleting the CAPDMP manager's Pods: %w", err)
+	}
+	return conformance.WaitFor(ctx, 5*time.Minute, nil, func(ctx context.Context) (bool, string, error) {
+		pods := &corev1.PodList{}
+		if err := c.Management.List(ctx, pods, inNamespace, manager); err != nil {
+			return false, "", err
+		}
+		for _, p := range pods.Items {
+			if p.CreationTimestamp.Time.After(restartedAt.Add(-time.Second)) && p.Status.Phase == corev1.PodRunning &&
+				slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+					return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+				}) {
+				return true, "a new manager Pod is ready", nil
+			}
+		}
+		return false, fmt.Sprintf("%d manager Pods, none new and ready", len(pods.Items)), nil
+	})
+}
+
+// capdmpNamespace is where config/default deploys the CAPDMP manager.
+const capdmpNamespace = "capdmp-system"
 
 // MakeVersionAvailable does nothing: the e2e config's images are loaded into kind before the suite.
 func (c deployedCluster) MakeVersionAvailable(context.Context, string) error { return nil }
