@@ -78,24 +78,31 @@ func NewContractSource(c Cluster) *ContractSource { return &ContractSource{clust
 
 // Observe implements Source.
 func (s *ContractSource) Observe(ctx context.Context) (Sample, error) {
+	sample, _, err := s.ObserveInstances(ctx)
+	return sample, err
+}
+
+// ObserveInstances is Observe that also returns the instances it read, for a Source that adds to
+// the contract's sample what it knows of them (their Nodes, say) without listing them again.
+func (s *ContractSource) ObserveInstances(ctx context.Context) (Sample, []Instance, error) {
 	if s.controlPlane == nil {
 		cp, err := controlPlane(ctx, s.cluster)
 		if err != nil {
-			return Sample{}, err
+			return Sample{}, nil, err
 		}
 		s.controlPlane = cp
 	}
 	cp := s.controlPlane.DeepCopy()
 	if err := s.cluster.Client().Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
-		return Sample{}, fmt.Errorf("reading control plane %s: %w", cp.GetName(), err)
+		return Sample{}, nil, fmt.Errorf("reading control plane %s: %w", cp.GetName(), err)
 	}
 	status, err := skew.ReadControlPlane(cp)
 	if err != nil {
-		return Sample{}, err
+		return Sample{}, nil, err
 	}
 	instances, err := s.cluster.Instances(ctx)
 	if err != nil {
-		return Sample{}, err
+		return Sample{}, nil, err
 	}
 	sample := Sample{APIServers: status.Versions, ControlPlaneStatus: status.Versions}
 	for _, i := range instances {
@@ -104,7 +111,7 @@ func (s *ContractSource) Observe(ctx context.Context) (Sample, error) {
 	if g, ok := s.cluster.(Gated); ok {
 		sample.Gate, _, _ = g.Gate(ctx)
 	}
-	return sample, nil
+	return sample, instances, nil
 }
 
 // Violation is a sample in which an instance or a kubelet broke the policy.

@@ -102,7 +102,7 @@ func (c stubCluster) RestartProvider(context.Context) error {
 
 // Source implements conformance.Observer.
 func (c stubCluster) Source() conformance.Source {
-	return stubSource{contract: conformance.NewContractSource(c), c: c}
+	return stubSource{contract: conformance.NewContractSource(c)}
 }
 
 // stubSource reads the control plane's status.versions first (conformance.ContractSource): a
@@ -110,15 +110,10 @@ func (c stubCluster) Source() conformance.Source {
 // kubelets are those of the Nodes named as the pool's containers.
 type stubSource struct {
 	contract *conformance.ContractSource
-	c        stubCluster
 }
 
 func (s stubSource) Observe(ctx context.Context) (conformance.Sample, error) {
-	sample, err := s.contract.Observe(ctx)
-	if err != nil {
-		return sample, err
-	}
-	instances, err := s.c.Instances(ctx)
+	sample, instances, err := s.contract.ObserveInstances(ctx)
 	if err != nil {
 		return sample, err
 	}
