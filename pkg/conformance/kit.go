@@ -198,11 +198,15 @@ var pollInterval = time.Second
 // nil, gets cond's description each time it changes. An error of cond other than NotFound ends
 // nothing: it is shown as the progress, and the wait goes on.
 func WaitFor(ctx context.Context, timeout time.Duration, progress func(string), cond func(context.Context) (bool, string, error)) error {
-	last := ""
+	// last is what the condition last reported; lastState is the last description that was not an
+	// error, so that a read cut short by the deadline does not hide where the wait stood.
+	last, lastState := "", ""
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, desc, err := cond(ctx)
 		if err != nil && !apierrors.IsNotFound(err) {
 			desc = "error: " + err.Error()
+		} else {
+			lastState = desc
 		}
 		if desc != last && progress != nil {
 			progress(desc)
@@ -210,12 +214,15 @@ func WaitFor(ctx context.Context, timeout time.Duration, progress func(string), 
 		last = desc
 		return ok, nil
 	})
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.Is(ctx.Err(), context.Canceled):
-		return fmt.Errorf("interrupted while waiting: %s", last)
-	default:
-		return fmt.Errorf("after %s: %s", timeout, last)
 	}
+	where := last
+	if lastState != "" && last != lastState {
+		where = fmt.Sprintf("%s (then %s)", lastState, last)
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("interrupted while waiting: %s", where)
+	}
+	return fmt.Errorf("after %s: %s", timeout, where)
 }
