@@ -198,7 +198,9 @@ func join(ctx context.Context, args []string, env Env) error {
 		Hostname:                hostname,
 		KubernetesDir:           env.KubernetesDir,
 		DefaultDiscoveryTimeout: 30 * time.Second,
-		UnauthorizedGrace:       2 * time.Second,
-		Out:                     env.Stdout,
+		// kubeadm's default timeouts.tlsBootstrap.
+		DefaultTLSBootstrapTimeout: 5 * time.Minute,
+		UnauthorizedGrace:          2 * time.Second,
+		Out:                        env.Stdout,
 	})
 }

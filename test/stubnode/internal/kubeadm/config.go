@@ -27,9 +27,10 @@ type JoinConfiguration struct {
 	Kind             string           `json:"kind"`
 	Discovery        Discovery        `json:"discovery"`
 	NodeRegistration NodeRegistration `json:"nodeRegistration"`
-	// Timeouts is v1beta4's; v1beta3 has discovery.timeout.
+	// Timeouts is v1beta4's; v1beta3 has discovery.timeout and no TLS bootstrap timeout.
 	Timeouts *struct {
-		Discovery *Duration `json:"discovery,omitempty"`
+		Discovery    *Duration `json:"discovery,omitempty"`
+		TLSBootstrap *Duration `json:"tlsBootstrap,omitempty"`
 	} `json:"timeouts,omitempty"`
 }
 
@@ -207,6 +208,15 @@ func (c *JoinConfiguration) DiscoveryTimeout(def time.Duration) time.Duration {
 	}
 	if c.Discovery.Timeout != nil && c.Discovery.Timeout.Duration > 0 {
 		return c.Discovery.Timeout.Duration
+	}
+	return def
+}
+
+// TLSBootstrapTimeout is how long the node's registration may retry an API server that is
+// unavailable or overloaded, as the kubelet's TLS bootstrap does.
+func (c *JoinConfiguration) TLSBootstrapTimeout(def time.Duration) time.Duration {
+	if c.Timeouts != nil && c.Timeouts.TLSBootstrap != nil && c.Timeouts.TLSBootstrap.Duration > 0 {
+		return c.Timeouts.TLSBootstrap.Duration
 	}
 	return def
 }

@@ -62,6 +62,9 @@ type JoinOptions struct {
 	// DefaultDiscoveryTimeout bounds retries against an API server that does not answer yet,
 	// unless the configuration sets a discovery timeout.
 	DefaultDiscoveryTimeout time.Duration
+	// DefaultTLSBootstrapTimeout bounds retries of the Node's registration against an API server
+	// that is unavailable or overloaded, unless the configuration sets timeouts.tlsBootstrap.
+	DefaultTLSBootstrapTimeout time.Duration
 	// UnauthorizedGrace is how long a 401 is retried: the API server's bootstrap token
 	// authenticator sees a new token Secret a moment after it is created.
 	UnauthorizedGrace time.Duration
@@ -151,7 +154,8 @@ func Join(ctx context.Context, o JoinOptions) error {
 	}
 	kubeletVersion := "v" + o.KubeadmVersion.String()
 	logf("[kubelet-start] Registering Node %q (providerID %q, kubelet %s) with the bootstrap token", name, providerID, kubeletVersion)
-	if err := c.registerNode(ctx, nodeFor(name, providerID, kubeletVersion, extra["node-labels"], cfg.NodeRegistration.Taints)); err != nil {
+	registrationDeadline := time.Now().Add(cfg.TLSBootstrapTimeout(o.DefaultTLSBootstrapTimeout))
+	if err := c.registerNode(ctx, nodeFor(name, providerID, kubeletVersion, extra["node-labels"], cfg.NodeRegistration.Taints), registrationDeadline, logf); err != nil {
 		return err
 	}
 	logf("[kubelet-start] Node %q is Ready", name)
@@ -188,8 +192,12 @@ func discoverCA(ctx context.Context, bt *BootstrapTokenDiscovery, deadline time.
 			return nil, exitErr(ExitFailure, "%w", err)
 		}
 		resp, err = insecure.Do(req)
-		if err == nil {
+		if err == nil && !unavailable(resp.StatusCode) {
 			break
+		}
+		if err == nil {
+			_ = resp.Body.Close()
+			err = fmt.Errorf("cluster-info answered %s", resp.Status)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, exitErr(ExitFailure, "the API server at %s does not answer: %w", bt.APIServerEndpoint, err)
@@ -355,6 +363,8 @@ func (c *apiClient) proveToken(ctx context.Context, tokenID string, deadline tim
 				return exitErr(ExitTokenRejected, "the API server rejected bootstrap token %q: GET /api answered %d %s: the token does not exist, its secret does not match or it has expired",
 					tokenID, code, http.StatusText(code))
 			}
+		case unavailable(code) && time.Now().Before(deadline) && ctx.Err() == nil:
+			logf("[discovery] GET /api answered %d, retrying", code)
 		default:
 			return exitErr(ExitFailure, "GET /api answered %d: %s", code, truncate(body))
 		}
@@ -459,19 +469,41 @@ func readTrimmed(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// unavailable says whether an answer means the API server is overloaded or not ready yet: a
+// client retries it.
+func unavailable(code int) bool {
+	return code == http.StatusTooManyRequests || code >= http.StatusInternalServerError
+}
+
+// doUntil is do, retried until deadline while the API server cannot be reached or answers that
+// it is unavailable, as the kubelet retries its registration.
+func (c *apiClient) doUntil(ctx context.Context, deadline time.Time, logf func(string, ...any), method, path, contentType string, body any) (int, []byte, error) {
+	backoff := 250 * time.Millisecond
+	for {
+		code, b, err := c.do(ctx, method, path, contentType, body)
+		if (err == nil && !unavailable(code)) || time.Now().After(deadline) || ctx.Err() != nil {
+			return code, b, err
+		}
+		logf("[kubelet-start] %s %s failed (%v, answered %d), retrying in %s", method, path, err, code, backoff)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 4*time.Second)
+	}
+}
+
 // registerNode creates the Node (or updates the one of the same name, as a restarted kubelet does),
 // then reports its status, then removes the not-ready taint the API server added on create:
-// the node lifecycle controller would, and none runs in a test API server.
-func (c *apiClient) registerNode(ctx context.Context, n node) error {
+// the node lifecycle controller would, and none runs in a test API server. Each call is retried
+// until deadline while the API server is unavailable.
+func (c *apiClient) registerNode(ctx context.Context, n node, deadline time.Time, logf func(string, ...any)) error {
 	status := n.Status
-	code, body, err := c.do(ctx, http.MethodPost, "/api/v1/nodes", "application/json", n)
+	code, body, err := c.doUntil(ctx, deadline, logf, http.MethodPost, "/api/v1/nodes", "application/json", n)
 	switch {
 	case err != nil:
 		return exitErr(ExitFailure, "registering Node %q: %w", n.Metadata.Name, err)
 	case code == http.StatusCreated || code == http.StatusOK:
 	case code == http.StatusConflict:
 		patch := map[string]any{"metadata": map[string]any{"labels": n.Metadata.Labels, "annotations": n.Metadata.Annotations}}
-		code, body, err = c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name, "application/merge-patch+json", patch)
+		code, body, err = c.doUntil(ctx, deadline, logf, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name, "application/merge-patch+json", patch)
 		if err != nil || code != http.StatusOK {
 			return exitErr(ExitFailure, "updating the existing Node %q: %v %d %s", n.Metadata.Name, err, code, truncate(body))
 		}
@@ -481,7 +513,7 @@ func (c *apiClient) registerNode(ctx context.Context, n node) error {
 		return exitErr(ExitFailure, "registering Node %q: %d %s", n.Metadata.Name, code, truncate(body))
 	}
 
-	code, body, err = c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name+"/status", "application/merge-patch+json", map[string]any{"status": status})
+	code, body, err = c.doUntil(ctx, deadline, logf, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name+"/status", "application/merge-patch+json", map[string]any{"status": status})
 	if err != nil || code != http.StatusOK {
 		return exitErr(ExitFailure, "reporting the status of Node %q: %v %d %s", n.Metadata.Name, err, code, truncate(body))
 	}
@@ -493,7 +525,7 @@ func (c *apiClient) registerNode(ctx context.Context, n node) error {
 	taints := slices.DeleteFunc(slices.Clone(current.Spec.Taints), func(t Taint) bool { return t.Key == "node.kubernetes.io/not-ready" })
 	if len(taints) != len(current.Spec.Taints) {
 		patch := map[string]any{"spec": map[string]any{"taints": taints}}
-		code, body, err = c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name, "application/merge-patch+json", patch)
+		code, body, err = c.doUntil(ctx, deadline, logf, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name, "application/merge-patch+json", patch)
 		if err != nil || code != http.StatusOK {
 			return exitErr(ExitFailure, "removing the not-ready taint of Node %q: %v %d %s", n.Metadata.Name, err, code, truncate(body))
 		}

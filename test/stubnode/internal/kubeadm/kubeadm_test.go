@@ -158,6 +158,10 @@ type fakeAPIServer struct {
 	*httptest.Server
 	validToken string
 	noInfo     bool
+	// overloaded is how many requests to overloadedPath (or under it, when it ends in "/") answer
+	// 429, as an API server shedding load does; -1: all of them.
+	overloaded     int
+	overloadedPath string
 
 	mu    sync.Mutex
 	nodes map[string]map[string]any
@@ -178,6 +182,12 @@ func (f *fakeAPIServer) caPEM() []byte {
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.overloaded != 0 && (r.URL.Path == f.overloadedPath || (strings.HasSuffix(f.overloadedPath, "/") && strings.HasPrefix(r.URL.Path, f.overloadedPath))) {
+		f.overloaded--
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+		return
+	}
 	if r.URL.Path == "/api/v1/namespaces/kube-public/configmaps/cluster-info" {
 		if f.noInfo {
 			http.Error(w, "not found", http.StatusNotFound)
@@ -240,6 +250,8 @@ func TestJoin(t *testing.T) {
 		version        string
 		pin            string // "" pins the server's CA
 		noInfo         bool
+		overloaded     int
+		overloadedPath string
 		alreadyJoined  bool
 		extraArgs      []string
 		wantCode       int
@@ -253,6 +265,14 @@ func TestJoin(t *testing.T) {
 		{name: "wrong secret", token: "abcdef.ffffffffffffffff", apiVersion: "v1beta3", version: "v1.33.1", wantCode: ExitTokenRejected, wantErr: `rejected bootstrap token "abcdef"`},
 		{name: "CA pin mismatch", token: token, apiVersion: "v1beta3", version: "v1.33.1", pin: "sha256:0000", wantCode: ExitUntrustedCA, wantErr: "matches none of the caCertHashes"},
 		{name: "no cluster-info", token: token, apiVersion: "v1beta3", version: "v1.33.1", noInfo: true, wantCode: ExitUntrustedCA, wantErr: "cluster-info"},
+		{name: "overloaded at discovery, retried", token: token, apiVersion: "v1beta4", version: "v1.33.1", overloaded: 2, overloadedPath: "/api/v1/namespaces/kube-public/",
+			wantNode: "node-a", wantProviderID: "docker:////node-a"},
+		{name: "overloaded at the token's proof, retried", token: token, apiVersion: "v1beta4", version: "v1.33.1", overloaded: 3, overloadedPath: "/api",
+			wantNode: "node-a", wantProviderID: "docker:////node-a"},
+		{name: "overloaded at registration, retried", token: token, apiVersion: "v1beta4", version: "v1.33.1", overloaded: 3, overloadedPath: "/api/v1/nodes",
+			wantNode: "node-a", wantProviderID: "docker:////node-a"},
+		{name: "overloaded past the TLS bootstrap timeout", token: token, apiVersion: "v1beta4", version: "v1.33.1", overloaded: -1, overloadedPath: "/api/v1/nodes",
+			wantCode: ExitFailure, wantErr: "registering Node \"node-a\": 429"},
 		{name: "already joined", token: token, apiVersion: "v1beta3", version: "v1.33.1", alreadyJoined: true, wantCode: ExitPreflight, wantErr: "kubelet.conf already exists"},
 		{name: "already joined, check ignored", token: token, apiVersion: "v1beta3", version: "v1.33.1", alreadyJoined: true, extraArgs: []string{"--ignore-preflight-errors=SystemVerification,all"}, wantNode: "node-a", wantProviderID: "docker:////node-a"},
 	}
@@ -261,6 +281,7 @@ func TestJoin(t *testing.T) {
 			g := NewWithT(t)
 			srv := newFakeAPIServer(t, token)
 			srv.noInfo = tt.noInfo
+			srv.overloaded, srv.overloadedPath = tt.overloaded, tt.overloadedPath
 			pin := tt.pin
 			if pin == "" {
 				var err error
@@ -275,6 +296,9 @@ func TestJoin(t *testing.T) {
 			config := "apiVersion: kubeadm.k8s.io/" + tt.apiVersion + "\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n" +
 				"    apiServerEndpoint: " + strings.TrimPrefix(srv.URL, "https://") + "\n    token: " + tt.token + "\n    caCertHashes: [\"" + pin + "\"]\n" +
 				"nodeRegistration:\n  name: Node-A\n  taints:\n  - key: node.cluster.x-k8s.io/uninitialized\n    effect: NoSchedule\n"
+			if tt.apiVersion == "v1beta4" {
+				config += "timeouts:\n  discovery: 5s\n  tlsBootstrap: 3s\n"
+			}
 			path := filepath.Join(t.TempDir(), "join.yaml")
 			g.Expect(os.WriteFile(path, []byte(config), 0o600)).To(Succeed())
 
