@@ -45,6 +45,7 @@ type options struct {
 	enableWebhooks      bool
 	dockerNetwork       string
 	containerSyncPeriod time.Duration
+	dockerCallTimeout   time.Duration
 	watchFilterValue    string
 	watchNamespace      string
 	poolConcurrency     int
@@ -61,6 +62,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks.")
 	fs.StringVar(&o.dockerNetwork, "docker-network", controllers.DefaultNetwork, "Docker network of the pools' containers (kind's network by default; 'host' for tests that reach loopback API servers).")
 	fs.DurationVar(&o.containerSyncPeriod, "container-sync-period", controllers.DefaultContainerSyncPeriod, "How often pools re-list their containers to notice ones removed behind the controller's back.")
+	fs.DurationVar(&o.dockerCallTimeout, "docker-call-timeout", container.DefaultCallTimeout, "How long a request to the Docker engine may take (an exec's output and event streams apart); a pool whose engine does not answer reports EngineUnavailable and retries.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects with the label %s set to this value.", clusterv1.WatchLabel))
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace the manager watches; all namespaces when empty (clusterctl's multi-tenancy contract).")
 	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", 10, "Number of DockerMachinePools reconciled at once.")
@@ -109,6 +111,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
 	}
+	runtimeEngine.CallTimeout = o.dockerCallTimeout
 
 	var cacheOptions ctrlcache.Options
 	if o.watchNamespace != "" {

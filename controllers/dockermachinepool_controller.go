@@ -223,7 +223,7 @@ func (r *DockerMachinePoolReconciler) runPhases(ctx context.Context, s *poolScop
 	}
 
 	defer func() {
-		if err := r.updateStatus(s); err != nil {
+		if err := r.updateStatus(s, reterr); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		opts := []patch.Option{

@@ -155,8 +155,11 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 		c, err := r.Runtime.Create(ctx, spec)
 		if err != nil {
 			reason := infrav1.ContainerCreateFailedReason
-			if pkgerrors.Is(err, container.ErrImageNotFound) {
+			switch {
+			case pkgerrors.Is(err, container.ErrImageNotFound):
 				reason = infrav1.ImageNotFoundReason
+			case pkgerrors.Is(err, container.ErrEngineUnavailable):
+				reason = infrav1.EngineUnavailableReason
 			}
 			plan.blockedReason, plan.blockedMessage = reason, err.Error()
 			setMachinesCreated(s, plan)

@@ -9,17 +9,21 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
 )
 
-// updateStatus computes the pool's status from what this reconcile saw. It runs on every
-// reconcile, failed or not, so that a condition never sticks: ReplicasReady is derived from the
-// containers each time, never carried over (Cluster API issue #10541).
-func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) error {
+// updateStatus computes the pool's status from what this reconcile saw, given the error it
+// ended with. It runs on every reconcile, failed or not, so that a condition never sticks:
+// ReplicasReady is derived from the containers each time, never carried over (Cluster API issue
+// #10541).
+func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope, reconcileErr error) error {
 	pool := s.pool
 	pool.Status.InfrastructureMachineKind = "DockerMachinePoolMachine"
+	// Whatever the rest says, an engine that does not answer is what the user must act on.
+	defer markEngineUnavailable(pool, reconcileErr)
 
 	if !s.inventoryListed {
-		conditions.Set(pool, metaCondition(infrav1.ReadyCondition, false, "InventoryUnknown", "The pool's containers could not be listed"))
+		conditions.Set(pool, metaCondition(infrav1.ReadyCondition, false, infrav1.InventoryUnknownReason, "The pool's containers could not be listed"))
 		return nil
 	}
 	if !pool.DeletionTimestamp.IsZero() {
@@ -89,4 +93,14 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope) error {
 		return pkgerrors.Wrap(err, "failed to summarise the Ready condition")
 	}
 	return nil
+}
+
+// markEngineUnavailable sets obj's Ready condition to say that the container engine does not
+// answer, when err says so.
+func markEngineUnavailable(obj conditions.Setter, err error) {
+	if !pkgerrors.Is(err, container.ErrEngineUnavailable) {
+		return
+	}
+	conditions.Set(obj, metaCondition(infrav1.ReadyCondition, false, infrav1.EngineUnavailableReason,
+		"The container engine does not answer; retrying: "+err.Error()))
 }

@@ -145,6 +145,7 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 			conditions.IgnoreTypesIfMissing{infrav1.NodeProviderIDCondition}); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
+		markEngineUnavailable(machine, reterr)
 		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
 			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition, infrav1.NodeProviderIDCondition, infrav1.KubeletVersionCondition,
 		}}}

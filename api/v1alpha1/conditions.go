@@ -54,6 +54,12 @@ const (
 
 	// DeletingReason is used on Ready while the object is being deleted.
 	DeletingReason = "Deleting"
+	// InventoryUnknownReason is used on Ready when the pool's containers could not be listed.
+	InventoryUnknownReason = "InventoryUnknown"
+	// EngineUnavailableReason is used on Ready, and on MachinesCreated for a create that failed,
+	// while the container engine does not answer within the call timeout or refuses connections;
+	// the controller retries with backoff. DockerMachinePoolMachines use it on Ready too.
+	EngineUnavailableReason = "EngineUnavailable"
 )
 
 // DockerMachinePoolMachine condition types and reasons.

@@ -2,6 +2,7 @@ package container
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,16 @@ const (
 	// MaxExecOutput bounds what Exec keeps of each output stream of a command, so that a chatty
 	// command cannot fill the controller's memory. The tail beyond is dropped.
 	MaxExecOutput = 1 << 20
+
+	// DefaultCallTimeout bounds each request to the engine, streams apart (an exec's output, the
+	// event stream, an image save): an engine that stops answering fails the request instead of
+	// holding a controller worker.
+	DefaultCallTimeout = time.Minute
 )
+
+// ErrEngineUnavailable is the error of a request the engine did not answer within the call
+// timeout, or whose connection it refused.
+var ErrEngineUnavailable = errors.New("the container engine is unavailable")
 
 // predefinedNetworks exist on every engine and cannot be created.
 var predefinedNetworks = []string{"", HostNetwork, "bridge", "none"}
@@ -39,6 +49,9 @@ var predefinedNetworks = []string{"", HostNetwork, "bridge", "none"}
 // it makes to the engine (see Calls).
 type Docker struct {
 	Counter
+
+	// CallTimeout bounds each request to the engine but streams; DefaultCallTimeout when zero.
+	CallTimeout time.Duration
 
 	client *client.Client
 	// networkMu serialises EnsureNetwork: engines before API 1.44 accept two networks with the
@@ -66,11 +79,30 @@ func (d *Docker) Close() error {
 	return d.client.Close()
 }
 
+// call counts a request to the engine and returns its context, bounded by CallTimeout.
+func (d *Docker) call(ctx context.Context, operation string) (context.Context, context.CancelFunc) {
+	d.Count(operation)
+	return context.WithTimeout(ctx, cmp.Or(d.CallTimeout, DefaultCallTimeout))
+}
+
+// unavailable marks err as ErrEngineUnavailable when the engine could not be reached or did not
+// answer within the call timeout while the caller still waited.
+func (d *Docker) unavailable(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("%w at %s: %w", ErrEngineUnavailable, d.client.DaemonHost(), err)
+	}
+	return err
+}
+
 // Ping checks that the engine answers and negotiates the API version, which it returns.
 func (d *Docker) Ping(ctx context.Context) (string, error) {
-	d.Count("Ping")
-	if _, err := d.client.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		return "", fmt.Errorf("failed to reach the Docker engine at %s: %w", d.client.DaemonHost(), err)
+	callCtx, cancel := d.call(ctx, "Ping")
+	defer cancel()
+	if _, err := d.client.Ping(callCtx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return "", fmt.Errorf("failed to reach the Docker engine at %s: %w", d.client.DaemonHost(), d.unavailable(ctx, err))
 	}
 	return d.client.ClientVersion(), nil
 }
@@ -82,10 +114,11 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Containe
 		return nil, errors.New("failed to list containers: at least one label is required")
 	}
 	filters := labelFilters(labels)
-	d.Count("ContainerList")
-	res, err := d.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filters})
+	callCtx, cancel := d.call(ctx, "ContainerList")
+	defer cancel()
+	res, err := d.client.ContainerList(callCtx, client.ContainerListOptions{All: true, Filters: filters})
 	if err != nil {
-		return nil, fmt.Errorf("failed to list containers with labels %v: %w", labels, err)
+		return nil, fmt.Errorf("failed to list containers with labels %v: %w", labels, d.unavailable(ctx, err))
 	}
 	out := make([]Container, 0, len(res.Items))
 	for _, s := range res.Items {
@@ -102,13 +135,14 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Containe
 
 // Inspect returns one container by name or ID.
 func (d *Docker) Inspect(ctx context.Context, containerName string) (Container, error) {
-	d.Count("ContainerInspect")
-	res, err := d.client.ContainerInspect(ctx, containerName, client.ContainerInspectOptions{})
+	callCtx, cancel := d.call(ctx, "ContainerInspect")
+	defer cancel()
+	res, err := d.client.ContainerInspect(callCtx, containerName, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return Container{}, fmt.Errorf("failed to inspect container %q: %w", containerName, ErrNotFound)
 		}
-		return Container{}, fmt.Errorf("failed to inspect container %q: %w", containerName, err)
+		return Container{}, fmt.Errorf("failed to inspect container %q: %w", containerName, d.unavailable(ctx, err))
 	}
 	return containerFromInspect(res.Container), nil
 }
@@ -127,8 +161,9 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (Container, error) {
 	}
 
 	config, hostConfig, networkConfig := dockerCreateOptions(spec)
-	d.Count("ContainerCreate")
-	created, err := d.client.ContainerCreate(ctx, client.ContainerCreateOptions{
+	createCtx, cancel := d.call(ctx, "ContainerCreate")
+	defer cancel()
+	created, err := d.client.ContainerCreate(createCtx, client.ContainerCreateOptions{
 		Name:             spec.Name,
 		Config:           config,
 		HostConfig:       hostConfig,
@@ -142,12 +177,13 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (Container, error) {
 			// The image went away between the check and the create.
 			return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, imageNotFound(spec.Image))
 		}
-		return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, err)
+		return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, d.unavailable(ctx, err))
 	}
 
-	d.Count("ContainerStart")
-	if _, err := d.client.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		startErr := fmt.Errorf("failed to start container %q: %w", spec.Name, err)
+	startCtx, cancel := d.call(ctx, "ContainerStart")
+	defer cancel()
+	if _, err := d.client.ContainerStart(startCtx, created.ID, client.ContainerStartOptions{}); err != nil {
+		startErr := fmt.Errorf("failed to start container %q: %w", spec.Name, d.unavailable(ctx, err))
 		// A container that was created but cannot start would block the name; remove it so that
 		// the next reconcile starts from scratch.
 		if delErr := d.Delete(ctx, created.ID); delErr != nil {
@@ -215,8 +251,9 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 	if len(cmd) == 0 {
 		return ExecResult{}, errors.New("failed to exec: empty command")
 	}
-	d.Count("ExecCreate")
-	created, err := d.client.ExecCreate(ctx, containerName, client.ExecCreateOptions{
+	createCtx, cancel := d.call(ctx, "ExecCreate")
+	defer cancel()
+	created, err := d.client.ExecCreate(createCtx, containerName, client.ExecCreateOptions{
 		Cmd:          cmd,
 		Privileged:   true,
 		AttachStdin:  stdin != nil,
@@ -231,13 +268,14 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 			// The engine answers 409 when the container exists but does not run.
 			return ExecResult{}, fmt.Errorf("failed to exec %q in container %q: %w: %w", cmd[0], containerName, ErrNotRunning, err)
 		}
-		return ExecResult{}, fmt.Errorf("failed to exec %q in container %q: %w", cmd[0], containerName, err)
+		return ExecResult{}, fmt.Errorf("failed to exec %q in container %q: %w", cmd[0], containerName, d.unavailable(ctx, err))
 	}
 
+	// The attached stream lasts as long as the command: only ctx bounds it.
 	d.Count("ExecAttach")
 	attached, err := d.client.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("failed to attach to exec %q in container %q: %w", cmd[0], containerName, err)
+		return ExecResult{}, fmt.Errorf("failed to attach to exec %q in container %q: %w", cmd[0], containerName, d.unavailable(ctx, err))
 	}
 	defer attached.Close()
 	// The hijacked connection does not follow the context; closing it ends the reads below.
@@ -263,7 +301,7 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 
 	exitCode, err := d.execExitCode(ctx, created.ID)
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("failed to get exit code of %q in container %q: %w", cmd[0], containerName, err)
+		return ExecResult{}, fmt.Errorf("failed to get exit code of %q in container %q: %w", cmd[0], containerName, d.unavailable(ctx, err))
 	}
 	return ExecResult{ExitCode: exitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
 }
@@ -273,8 +311,9 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 func (d *Docker) execExitCode(ctx context.Context, execID string) (int, error) {
 	const attempts = 50
 	for i := 0; ; i++ {
-		d.Count("ExecInspect")
-		res, err := d.client.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+		callCtx, cancel := d.call(ctx, "ExecInspect")
+		res, err := d.client.ExecInspect(callCtx, execID, client.ExecInspectOptions{})
+		cancel()
 		if err != nil {
 			return 0, err
 		}
@@ -294,10 +333,11 @@ func (d *Docker) execExitCode(ctx context.Context, execID string) (int, error) {
 
 // Delete force-removes a container with its anonymous volumes; a missing container is success.
 func (d *Docker) Delete(ctx context.Context, containerName string) error {
-	d.Count("ContainerRemove")
-	_, err := d.client.ContainerRemove(ctx, containerName, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	callCtx, cancel := d.call(ctx, "ContainerRemove")
+	defer cancel()
+	_, err := d.client.ContainerRemove(callCtx, containerName, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("failed to delete container %q: %w", containerName, err)
+		return fmt.Errorf("failed to delete container %q: %w", containerName, d.unavailable(ctx, err))
 	}
 	return nil
 }
@@ -347,12 +387,13 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 
 // ImageExists tells whether the image is present on the engine.
 func (d *Docker) ImageExists(ctx context.Context, image string) (bool, error) {
-	d.Count("ImageInspect")
-	if _, err := d.client.ImageInspect(ctx, image); err != nil {
+	callCtx, cancel := d.call(ctx, "ImageInspect")
+	defer cancel()
+	if _, err := d.client.ImageInspect(callCtx, image); err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return false, nil
 		}
-		return false, fmt.Errorf("failed to inspect image %q: %w", image, err)
+		return false, fmt.Errorf("failed to inspect image %q: %w", image, d.unavailable(ctx, err))
 	}
 	return true, nil
 }
@@ -364,10 +405,11 @@ func (d *Docker) ImageTags(ctx context.Context, repository, withLabel string) ([
 	if withLabel != "" {
 		filters.Add("label", withLabel)
 	}
-	d.Count("ImageList")
-	res, err := d.client.ImageList(ctx, client.ImageListOptions{Filters: filters})
+	callCtx, cancel := d.call(ctx, "ImageList")
+	defer cancel()
+	res, err := d.client.ImageList(callCtx, client.ImageListOptions{Filters: filters})
 	if err != nil {
-		return nil, fmt.Errorf("failed to list the images of %s: %w", repository, err)
+		return nil, fmt.Errorf("failed to list the images of %s: %w", repository, d.unavailable(ctx, err))
 	}
 	var tags []string
 	for _, img := range res.Items {
@@ -413,11 +455,12 @@ func (d *Docker) EnsureNetwork(ctx context.Context, name string) error {
 	d.networkMu.Lock()
 	defer d.networkMu.Unlock()
 
-	d.Count("NetworkList")
+	listCtx, cancel := d.call(ctx, "NetworkList")
+	defer cancel()
 	// The name filter matches substrings; the exact name is checked below.
-	res, err := d.client.NetworkList(ctx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
+	res, err := d.client.NetworkList(listCtx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
 	if err != nil {
-		return fmt.Errorf("failed to list networks named %q: %w", name, err)
+		return fmt.Errorf("failed to list networks named %q: %w", name, d.unavailable(ctx, err))
 	}
 	for _, n := range res.Items {
 		if n.Name == name {
@@ -425,13 +468,14 @@ func (d *Docker) EnsureNetwork(ctx context.Context, name string) error {
 		}
 	}
 
-	d.Count("NetworkCreate")
-	_, err = d.client.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+	createCtx, cancel := d.call(ctx, "NetworkCreate")
+	defer cancel()
+	_, err = d.client.NetworkCreate(createCtx, name, client.NetworkCreateOptions{
 		Driver:  "bridge",
 		Options: map[string]string{masqueradeOption: "false"},
 	})
 	if err != nil && !cerrdefs.IsConflict(err) {
-		return fmt.Errorf("failed to create network %q: %w", name, err)
+		return fmt.Errorf("failed to create network %q: %w", name, d.unavailable(ctx, err))
 	}
 	return nil
 }

@@ -3,9 +3,11 @@ package container
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -306,5 +308,101 @@ func TestDockerAgainstEngineStub(t *testing.T) {
 			`POST /networks/create {"com.docker.network.bridge.enable_ip_masquerade":"false"}`,
 			"GET /networks",
 		}))
+	})
+}
+
+// wedgedEngine is a socket that accepts connections and never answers, as an engine that hangs.
+func wedgedEngine(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "docker.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return "unix://" + l.Addr().String()
+}
+
+func TestDockerEngineUnavailable(t *testing.T) {
+	const callTimeout = 200 * time.Millisecond
+	calls := []struct {
+		name string
+		call func(context.Context, *Docker) error
+	}{
+		{"Ping", func(ctx context.Context, d *Docker) error { _, err := d.Ping(ctx); return err }},
+		{"List", func(ctx context.Context, d *Docker) error {
+			_, err := d.List(ctx, map[string]string{"a": "b"})
+			return err
+		}},
+		{"Inspect", func(ctx context.Context, d *Docker) error { _, err := d.Inspect(ctx, "n1"); return err }},
+		{"Create", func(ctx context.Context, d *Docker) error {
+			_, err := d.Create(ctx, Spec{Name: "n1", Image: "kindest/node:v1.36.3"})
+			return err
+		}},
+		{"Exec", func(ctx context.Context, d *Docker) error {
+			_, err := d.Exec(ctx, "n1", []string{"true"}, nil)
+			return err
+		}},
+		{"Delete", func(ctx context.Context, d *Docker) error { return d.Delete(ctx, "n1") }},
+		{"ImageExists", func(ctx context.Context, d *Docker) error {
+			_, err := d.ImageExists(ctx, "kindest/node:v1.36.3")
+			return err
+		}},
+		{"ImageTags", func(ctx context.Context, d *Docker) error { _, err := d.ImageTags(ctx, "kindest/node", ""); return err }},
+		{"EnsureNetwork", func(ctx context.Context, d *Docker) error { return d.EnsureNetwork(ctx, "kind") }},
+	}
+	engines := []struct {
+		name string
+		host func(t *testing.T) string
+	}{
+		{"wedged: accepts and never answers", wedgedEngine},
+		{"gone: the socket refuses", func(t *testing.T) string { return "unix://" + filepath.Join(t.TempDir(), "none.sock") }},
+	}
+	for _, engine := range engines {
+		for _, c := range calls {
+			t.Run(engine.name+"/"+c.name, func(t *testing.T) {
+				g := NewWithT(t)
+				d, err := NewDocker(client.WithHost(engine.host(t)), client.WithVersion("1.41"))
+				g.Expect(err).ToNot(HaveOccurred())
+				t.Cleanup(func() { _ = d.Close() })
+				d.CallTimeout = callTimeout
+
+				start := time.Now()
+				err = c.call(context.Background(), d)
+				g.Expect(err).To(MatchError(ErrEngineUnavailable))
+				g.Expect(time.Since(start)).To(BeNumerically("<", 10*callTimeout), "the call returns after its timeout")
+			})
+		}
+	}
+
+	t.Run("a caller that gave up is not told the engine is unavailable", func(t *testing.T) {
+		g := NewWithT(t)
+		d, err := NewDocker(client.WithHost(wedgedEngine(t)), client.WithVersion("1.41"))
+		g.Expect(err).ToNot(HaveOccurred())
+		t.Cleanup(func() { _ = d.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err = d.List(ctx, map[string]string{"a": "b"})
+		g.Expect(err).To(MatchError(context.DeadlineExceeded))
+		g.Expect(err).NotTo(MatchError(ErrEngineUnavailable))
 	})
 }
