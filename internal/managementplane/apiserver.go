@@ -133,7 +133,7 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 	if err := DieWithParent(env); err != nil {
 		return nil, err
 	}
-	cfg, err := env.Start()
+	cfg, err := StartEnvtest(env)
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", o.BinaryAssetsDirectory, err)
 	}
@@ -147,7 +147,7 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 		return nil, err
 	}
 	if o.Kubeconfig != "" {
-		if err := writeKubeconfig(cfg, o.Kubeconfig); err != nil {
+		if err := WriteKubeconfig(cfg, o.Kubeconfig); err != nil {
 			_ = s.Stop()
 			return nil, err
 		}
@@ -204,8 +204,8 @@ func requireBinaries(dir string) error {
 	return nil
 }
 
-// writeKubeconfig writes a kubeconfig for cfg (certificate or token auth) to path, mode 0600.
-func writeKubeconfig(cfg *rest.Config, path string) error {
+// WriteKubeconfig writes a kubeconfig for cfg (certificate or token auth) to path, mode 0600.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kubeconfig := clientcmdapi.NewConfig()
 	kubeconfig.Clusters["capdmp-management"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kubeconfig.AuthInfos["capdmp-management"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}

@@ -3,11 +3,14 @@ package managementplane
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
+	"k8s.io/client-go/rest"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -62,4 +65,29 @@ func DieWithParent(env *crenvtest.Environment) error {
 	}
 	env.ControlPlane.Etcd.Path = etcd
 	return nil
+}
+
+// envtestStartAttempts is how often StartEnvtest tries: envtest gives the API server a fixed 5 s
+// to show its default namespace, which a loaded 2-core machine sometimes misses.
+const envtestStartAttempts = 3
+
+// StartEnvtest starts env as env.Start does, with two minutes for each of etcd and kube-apiserver
+// to answer unless env says otherwise, and tries again after stopping what a failed start left.
+func StartEnvtest(env *crenvtest.Environment) (*rest.Config, error) {
+	if env.ControlPlaneStartTimeout == 0 {
+		env.ControlPlaneStartTimeout = 2 * time.Minute
+	}
+	var errs []error
+	for range envtestStartAttempts {
+		cfg, err := env.Start()
+		if err == nil {
+			return cfg, nil
+		}
+		errs = append(errs, err)
+		if err := env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping what the failed start left: %w", err))
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
 }

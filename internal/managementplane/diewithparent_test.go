@@ -14,6 +14,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/capdmp/capdmp/internal/managementplane"
@@ -122,4 +124,25 @@ func alive(pid int) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	// A zombie is gone: only its parent has not read its status yet.
 	return err == nil && !strings.Contains(string(stat), ") Z ")
+}
+
+// TestStartEnvtestAgain: the environment StartEnvtest retries with, stopped after a start, starts
+// again and serves.
+func TestStartEnvtestAgain(t *testing.T) {
+	g := NewWithT(t)
+	assets, err := testenv.BinaryAssetsDirectory(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	env := &crenvtest.Environment{BinaryAssetsDirectory: assets}
+	g.Expect(managementplane.DieWithParent(env)).To(Succeed())
+	_, err = managementplane.StartEnvtest(env)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.ControlPlaneStartTimeout).To(Equal(2 * time.Minute))
+	g.Expect(env.Stop()).To(Succeed())
+
+	cfg, err := managementplane.StartEnvtest(env)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Name: "default"}, &corev1.Namespace{})).To(Succeed())
 }

@@ -77,7 +77,7 @@ func StartWorkload(ctx context.Context) (*Workload, error) {
 		return nil, err
 	}
 	env.ControlPlane.GetAPIServer().Configure().Set("enable-bootstrap-token-auth", "true")
-	cfg, err := env.Start()
+	cfg, err := managementplane.StartEnvtest(env)
 	if err != nil {
 		return nil, fmt.Errorf("starting the workload API server from %s: %w", assets, err)
 	}
