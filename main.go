@@ -32,6 +32,7 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/hostpath"
 	"github.com/capdmp/capdmp/internal/webhooks"
 )
 
@@ -50,6 +51,7 @@ type options struct {
 	watchNamespace      string
 	poolConcurrency     int
 	machineConcurrency  int
+	allowedHostPaths    []string
 	logOptions          *logs.Options
 }
 
@@ -67,6 +69,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace the manager watches; all namespaces when empty (clusterctl's multi-tenancy contract).")
 	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", 10, "Number of DockerMachinePools reconciled at once.")
 	fs.IntVar(&o.machineConcurrency, "dockermachinepoolmachine-concurrency", 10, "Number of DockerMachinePoolMachines reconciled (bootstrapped) at once.")
+	fs.StringSliceVar(&o.allowedHostPaths, hostpath.Flag, hostpath.DefaultAllowed,
+		"Host paths (absolute, clean, comma-separated) at or below which DockerMachinePools' extraMounts may mount; none by default. Node containers are privileged: whoever may create a pool is root over what is listed. "+
+			"/, the Docker sockets, /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/docker, /var/lib/containerd and /var/lib/kubelet are never allowed.")
 	o.logOptions = logs.NewOptions()
 	logsv1.AddFlags(o.logOptions, fs)
 }
@@ -102,6 +107,11 @@ func newScheme() *runtime.Scheme {
 
 func run(ctx context.Context, o *options) error {
 	log := ctrl.LoggerFrom(ctx)
+	hostPaths, err := hostpath.NewPolicy(o.allowedHostPaths)
+	if err != nil {
+		return err
+	}
+	log.Info("Host paths pools may mount", "allowedHostPaths", hostPaths.Allowed())
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
@@ -154,6 +164,7 @@ func run(ctx context.Context, o *options) error {
 		Network:             o.dockerNetwork,
 		ContainerSyncPeriod: o.containerSyncPeriod,
 		WatchFilterValue:    o.watchFilterValue,
+		HostPaths:           hostPaths,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.poolConcurrency}); err != nil {
 		return err
 	}
@@ -167,7 +178,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	if o.enableWebhooks {
-		if err := webhooks.SetupWebhooksWithManager(mgr); err != nil {
+		if err := webhooks.SetupWebhooksWithManager(mgr, hostPaths); err != nil {
 			return fmt.Errorf("setting up webhooks: %w", err)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
 // DefaultNetwork is the Docker network of the pools' containers: kind's, shared with CAPD's
@@ -67,6 +68,10 @@ type DockerMachinePoolReconciler struct {
 	ContainerSyncPeriod time.Duration
 	// WatchFilterValue is the label value used to filter events prior to reconciliation.
 	WatchFilterValue string
+	// HostPaths are the host paths a pool's extraMounts may mount, checked again before any
+	// container is created (the webhook's check may have run under another policy, or not at
+	// all); the zero Policy is the default one.
+	HostPaths hostpath.Policy
 
 	recorder      record.EventRecorder
 	controlPlanes external.ObjectTracker

@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -115,6 +117,17 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 	}
 	log := ctrl.LoggerFrom(ctx)
 
+	if refusal := r.refusedMount(s.pool.Spec.Template.ExtraMounts); refusal != "" {
+		plan.blockedReason = infrav1.HostPathNotAllowedReason
+		plan.blockedMessage = "Not creating " + pluralContainers(plan.count) + ": " + refusal
+		setMachinesCreated(s, plan)
+		log.Info("Not creating containers: a host path is not allowed", "reason", refusal)
+		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.HostPathNotAllowedReason, "%s", plan.blockedMessage)
+		// Only an edit of the pool or a manager restarted with another flag can change the answer;
+		// both trigger a reconcile.
+		return ctrl.Result{}, nil
+	}
+
 	exists, err := r.Runtime.ImageExists(ctx, plan.image)
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to look up image %s", plan.image)
@@ -207,6 +220,18 @@ func setMachinesCreated(s *poolScope, plan creationPlan) {
 		}
 	}
 	conditions.Set(s.pool, metaCondition(infrav1.MachinesCreatedCondition, true, infrav1.MachinesCreatedReason, ""))
+}
+
+// refusedMount says which of mounts the manager's host-path policy refuses and why, "" when it
+// allows them all.
+func (r *DockerMachinePoolReconciler) refusedMount(mounts []infrav1.Mount) string {
+	var refusals []string
+	for i, m := range mounts {
+		if err := r.HostPaths.Check(m.HostPath); err != nil {
+			refusals = append(refusals, fmt.Sprintf("spec.template.extraMounts[%d].hostPath: %v", i, err))
+		}
+	}
+	return strings.Join(refusals, "; ")
 }
 
 func mountsOf(in []infrav1.Mount) []container.Mount {

@@ -29,6 +29,9 @@ const (
 	ImageNotFoundReason = "ImageNotFound"
 	// ContainerCreateFailedReason: the engine refused to create or start a container.
 	ContainerCreateFailedReason = "ContainerCreateFailed"
+	// HostPathNotAllowedReason: an extraMount's host path is not one the manager allows
+	// (--allowed-host-paths), so no container is created; the message names the mount and why.
+	HostPathNotAllowedReason = "HostPathNotAllowed"
 	// BootstrapFailedReason: the bootstrap commands failed in a container.
 	BootstrapFailedReason = "BootstrapFailed"
 	// WaitingForBootstrapDataReason: the MachinePool has no bootstrap data secret yet.

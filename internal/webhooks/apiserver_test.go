@@ -72,7 +72,7 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
 	})
 	g.Expect(err).ToNot(HaveOccurred())
-	g.Expect(SetupWebhooksWithManager(mgr)).To(Succeed())
+	g.Expect(SetupWebhooksWithManager(mgr, testHostPaths)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	managerDone := make(chan error, 1)
@@ -105,6 +105,35 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 		stored := &infrav1.DockerMachinePool{}
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pool), stored)).To(Succeed())
 		g.Expect(stored.Spec.Template.BootstrapTimeout).To(Equal(&metav1.Duration{Duration: infrav1.DefaultBootstrapTimeout}))
+	})
+
+	t.Run("a DockerMachinePool mounting an allowed host path is stored", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := &infrav1.DockerMachinePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "allowed-mount", Namespace: namespace.Name},
+			Spec: infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{
+				ExtraMounts: []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/data"}},
+			}},
+		}
+		g.Expect(c.Create(ctx, pool)).To(Succeed())
+	})
+
+	t.Run("a host path outside --allowed-host-paths is refused naming the field, the path and the flag", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := &infrav1.DockerMachinePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "refused-mount", Namespace: namespace.Name},
+			Spec: infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{
+				ExtraMounts: []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/data"}, {ContainerPath: "/etc/host", HostPath: "/etc"}},
+			}},
+		}
+		err := c.Create(ctx, pool)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(And(
+			ContainSubstring("spec.template.extraMounts[1].hostPath"),
+			ContainSubstring(`/etc`),
+			ContainSubstring("--allowed-host-paths=/srv"),
+		))
+		g.Expect(err.Error()).ToNot(ContainSubstring("extraMounts[0]"))
 	})
 
 	t.Run("an invalid DockerMachinePool is refused with the field path", func(t *testing.T) {

@@ -3,21 +3,24 @@
 //
 // The webhooks check only what the CRD schema cannot: that a custom image's tag names the
 // Kubernetes version the version-skew gate will read, that preloaded images are image references,
-// that no two extra mounts share a container path, and that templates change only by rotation.
-// docs/webhooks.md describes every rule for users.
+// that extra mounts mount only host paths the manager allows (internal/hostpath) and no two share
+// a container path, and that templates change only by rotation. docs/webhooks.md describes every
+// rule for users.
 package webhooks
 
 import (
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
 // SetupWebhooksWithManager registers the webhooks of all CAPDMP kinds with the manager's webhook
-// server.
-func SetupWebhooksWithManager(mgr ctrl.Manager) error {
-	if err := (&DockerMachinePool{}).SetupWebhookWithManager(mgr); err != nil {
+// server. hostPaths are the host paths pools may mount (the manager's --allowed-host-paths).
+func SetupWebhooksWithManager(mgr ctrl.Manager, hostPaths hostpath.Policy) error {
+	if err := (&DockerMachinePool{HostPaths: hostPaths}).SetupWebhookWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&DockerMachinePoolTemplate{}).SetupWebhookWithManager(mgr); err != nil {
+	if err := (&DockerMachinePoolTemplate{HostPaths: hostPaths}).SetupWebhookWithManager(mgr); err != nil {
 		return err
 	}
 	return (&DockerMachinePoolMachine{}).SetupWebhookWithManager(mgr)

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-capdmp-dev-v1alpha1-dockermachinepool,mutating=true,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.capdmp.dev,resources=dockermachinepools,versions=v1alpha1,name=default.dockermachinepool.infrastructure.capdmp.dev,sideEffects=None,admissionReviewVersions=v1
@@ -19,7 +20,11 @@ import (
 //
 // The spec of a pool stays mutable: the MachinePool contract rolls a pool out by updating its
 // InfraMachinePool in place (the topology controller does the same from a ClusterClass).
-type DockerMachinePool struct{}
+type DockerMachinePool struct {
+	// HostPaths are the host paths the pool's extraMounts may mount; the zero Policy is the
+	// default one.
+	HostPaths hostpath.Policy
+}
 
 var (
 	_ admission.Defaulter[*infrav1.DockerMachinePool] = &DockerMachinePool{}
@@ -61,7 +66,7 @@ func (webhook *DockerMachinePool) validate(oldPool, newPool *infrav1.DockerMachi
 	if oldPool != nil && equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) {
 		return nil, nil
 	}
-	allErrs, warnings := validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"))
+	allErrs, warnings := validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"), webhook.HostPaths)
 	if len(allErrs) > 0 {
 		return warnings, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, allErrs)
 	}

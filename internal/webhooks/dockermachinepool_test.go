@@ -129,6 +129,21 @@ func TestDockerMachinePoolValidateCreate(t *testing.T) {
 			wantErrs: []string{`spec.template.extraMounts[2].containerPath: Duplicate value: "/data/"`, "spec.template.extraMounts[0].containerPath"},
 		},
 		{
+			name: "extraMounts of a host path outside --allowed-host-paths",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/data", HostPath: "/srv/data"},
+				{ContainerPath: "/certs", HostPath: "/etc/ssl/certs", ReadOnly: true},
+			}},
+			wantErrs: []string{`spec.template.extraMounts[1].hostPath: Forbidden: host path "/etc/ssl/certs" is not at or below any of --allowed-host-paths=/srv`},
+		},
+		{
+			name: "extraMounts of the Docker socket, whatever the flag says",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/var/run/docker.sock", HostPath: "/var/run/docker.sock"},
+			}},
+			wantErrs: []string{`spec.template.extraMounts[0].hostPath: Forbidden: host path "/var/run/docker.sock" is /var/run/docker.sock, which no pool may mount whatever --allowed-host-paths says`},
+		},
+		{
 			name: "every error is reported at once",
 			template: infrav1.DockerMachinePoolMachineTemplate{
 				CustomImage:   "kindest/node:main",
@@ -141,7 +156,7 @@ func TestDockerMachinePoolValidateCreate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			warnings, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), poolWith(tt.template))
+			warnings, err := (&DockerMachinePool{HostPaths: testHostPaths}).ValidateCreate(context.Background(), poolWith(tt.template))
 			expectInvalid(g, err, tt.wantErrs)
 			expectWarnings(g, warnings, tt.wantWarnings)
 		})

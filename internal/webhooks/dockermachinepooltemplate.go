@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-capdmp-dev-v1alpha1-dockermachinepooltemplate,mutating=true,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.capdmp.dev,resources=dockermachinepooltemplates,versions=v1alpha1,name=default.dockermachinepooltemplate.infrastructure.capdmp.dev,sideEffects=None,admissionReviewVersions=v1
@@ -24,7 +25,11 @@ import (
 // template (rotation). Cluster API's topology controller computes its diffs with server-side apply
 // dry-run requests marked with the topology.cluster.x-k8s.io/dry-run annotation; those are allowed
 // to differ, as the InfraMachinePool contract requires ("support for SSA dry run").
-type DockerMachinePoolTemplate struct{}
+type DockerMachinePoolTemplate struct {
+	// HostPaths are the host paths the pools' extraMounts may mount; the zero Policy is the
+	// default one.
+	HostPaths hostpath.Policy
+}
 
 var (
 	_ admission.Defaulter[*infrav1.DockerMachinePoolTemplate] = &DockerMachinePoolTemplate{}
@@ -48,7 +53,7 @@ func (webhook *DockerMachinePoolTemplate) Default(_ context.Context, template *i
 
 // ValidateCreate validates a new DockerMachinePoolTemplate.
 func (webhook *DockerMachinePoolTemplate) ValidateCreate(_ context.Context, template *infrav1.DockerMachinePoolTemplate) (admission.Warnings, error) {
-	allErrs, warnings := validatePoolTemplate(template)
+	allErrs, warnings := validatePoolTemplate(template, webhook.HostPaths)
 	return warnings, invalidTemplate(template, allErrs)
 }
 
@@ -67,7 +72,7 @@ func (webhook *DockerMachinePoolTemplate) ValidateUpdate(ctx context.Context, ol
 			"DockerMachinePoolTemplate spec.template.spec is immutable: create a new template and point the ClusterClass to it. Diff: "+
 				diff.Diff(oldTemplate.Spec.Template.Spec, newTemplate.Spec.Template.Spec)))
 	}
-	templateErrs, warnings := validatePoolTemplate(newTemplate)
+	templateErrs, warnings := validatePoolTemplate(newTemplate, webhook.HostPaths)
 	allErrs = append(allErrs, templateErrs...)
 	return warnings, invalidTemplate(newTemplate, allErrs)
 }
@@ -77,7 +82,7 @@ func (webhook *DockerMachinePoolTemplate) ValidateDelete(_ context.Context, _ *i
 	return nil, nil
 }
 
-func validatePoolTemplate(template *infrav1.DockerMachinePoolTemplate) (field.ErrorList, []string) {
+func validatePoolTemplate(template *infrav1.DockerMachinePoolTemplate, hostPaths hostpath.Policy) (field.ErrorList, []string) {
 	resourcePath := field.NewPath("spec", "template")
 	allErrs := template.Spec.Template.ObjectMeta.Validate(resourcePath.Child("metadata"))
 
@@ -92,7 +97,7 @@ func validatePoolTemplate(template *infrav1.DockerMachinePoolTemplate) (field.Er
 		allErrs = append(allErrs, field.Forbidden(specPath.Child("providerIDList"), "is set by the controller on each DockerMachinePool and cannot be part of a template"))
 	}
 
-	machineErrs, warnings := validateMachineTemplate(&template.Spec.Template.Spec.Template, specPath.Child("template"))
+	machineErrs, warnings := validateMachineTemplate(&template.Spec.Template.Spec.Template, specPath.Child("template"), hostPaths)
 	return append(allErrs, machineErrs...), warnings
 }
 

@@ -74,7 +74,7 @@ func TestDockerMachinePoolTemplateValidateCreate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			warnings, err := (&DockerMachinePoolTemplate{}).ValidateCreate(context.Background(), tt.template)
+			warnings, err := (&DockerMachinePoolTemplate{HostPaths: testHostPaths}).ValidateCreate(context.Background(), tt.template)
 			expectInvalid(g, err, tt.wantErrs)
 			g.Expect(warnings).To(BeEmpty())
 		})

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
 // hostileInput is a spec a user can type wrong, and the field the refusal must name.
@@ -44,8 +45,19 @@ func preload(images ...string) func(*infrav1.DockerMachinePool) {
 	return func(p *infrav1.DockerMachinePool) { p.Spec.Template.PreLoadImages = images }
 }
 
+// testHostPaths is the --allowed-host-paths the tests' webhooks run with: /srv, as an operator
+// would allow a directory of data for nodes. Paths outside it are refused.
+var testHostPaths = func() hostpath.Policy {
+	p, err := hostpath.NewPolicy([]string{"/srv"})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 // hostileInputs are every input docs/webhooks.md lists as refused, each checked on a real API
-// server by TestWebhooksOnAPIServer: refused as Invalid, naming its field.
+// server by TestWebhooksOnAPIServer (whose webhooks allow testHostPaths): refused as Invalid,
+// naming its field.
 var hostileInputs = []hostileInput{
 	// customImage: the gate must be able to read the version from the tag.
 	{name: "customImage latest", pool: image("kindest/node:latest"), wantField: "spec.template.customImage"},
@@ -76,12 +88,16 @@ var hostileInputs = []hostileInput{
 	{name: "extraMounts host path relative", pool: mounts(infrav1.Mount{ContainerPath: "/data", HostPath: "srv"}), wantField: "spec.template.extraMounts[0].hostPath"},
 	{name: "extraMounts host path empty", pool: mounts(infrav1.Mount{ContainerPath: "/data", HostPath: ""}), wantField: "spec.template.extraMounts[0].hostPath"},
 	{name: "extraMounts host path longer than 4096", pool: mounts(infrav1.Mount{ContainerPath: "/data", HostPath: "/" + strings.Repeat("a", 4096)}), wantField: "spec.template.extraMounts[0].hostPath"},
-	{name: "extraMounts two on one container path", pool: mounts(infrav1.Mount{ContainerPath: "/a", HostPath: "/x"}, infrav1.Mount{ContainerPath: "/a/", HostPath: "/y"}), wantField: "spec.template.extraMounts[1].containerPath"},
+	{name: "extraMounts two on one container path", pool: mounts(infrav1.Mount{ContainerPath: "/a", HostPath: "/srv/x"}, infrav1.Mount{ContainerPath: "/a/", HostPath: "/srv/y"}), wantField: "spec.template.extraMounts[1].containerPath"},
 	{name: "extraMounts with 33 entries", pool: func(p *infrav1.DockerMachinePool) {
 		for i := range 33 {
 			p.Spec.Template.ExtraMounts = append(p.Spec.Template.ExtraMounts, infrav1.Mount{ContainerPath: fmt.Sprintf("/m%d", i), HostPath: fmt.Sprintf("/srv/m%d", i)})
 		}
 	}, wantField: "spec.template.extraMounts"},
+	{name: "extraMounts of a host path the manager does not allow", pool: mounts(infrav1.Mount{ContainerPath: "/etc/host", HostPath: "/etc"}), wantField: "spec.template.extraMounts[0].hostPath"},
+	{name: "extraMounts of a sibling of an allowed path with a common prefix", pool: mounts(infrav1.Mount{ContainerPath: "/data", HostPath: "/srvx/data"}), wantField: "spec.template.extraMounts[0].hostPath"},
+	{name: "extraMounts host path with a .. element", pool: mounts(infrav1.Mount{ContainerPath: "/data", HostPath: "/srv/../etc"}), wantField: "spec.template.extraMounts[0].hostPath"},
+	{name: "extraMounts of a directory that contains the engine's state", pool: mounts(infrav1.Mount{ContainerPath: "/d", HostPath: "/var/lib"}), wantField: "spec.template.extraMounts[0].hostPath"},
 	{name: "extraMounts of the host's root", pool: mounts(infrav1.Mount{ContainerPath: "/host", HostPath: "/"}), wantField: "spec.template.extraMounts[0].hostPath"},
 	{name: "extraMounts of the host's root spelled //", pool: mounts(infrav1.Mount{ContainerPath: "/host", HostPath: "//."}), wantField: "spec.template.extraMounts[0].hostPath"},
 	{name: "extraMounts of the Docker socket", pool: mounts(infrav1.Mount{ContainerPath: "/var/run/docker.sock", HostPath: "/var/run/docker.sock"}), wantField: "spec.template.extraMounts[0].hostPath"},
@@ -111,6 +127,9 @@ var hostileInputs = []hostileInput{
 	}, wantField: "spec.template.metadata.labels"},
 	{name: "template mounting the Docker socket", template: func(t *infrav1.DockerMachinePoolTemplate) {
 		t.Spec.Template.Spec.Template.ExtraMounts = []infrav1.Mount{{ContainerPath: "/s", HostPath: "/var/run/docker.sock"}}
+	}, wantField: "spec.template.spec.template.extraMounts[0].hostPath"},
+	{name: "template mounting a host path the manager does not allow", template: func(t *infrav1.DockerMachinePoolTemplate) {
+		t.Spec.Template.Spec.Template.ExtraMounts = []infrav1.Mount{{ContainerPath: "/root-home", HostPath: "/root"}}
 	}, wantField: "spec.template.spec.template.extraMounts[0].hostPath"},
 	// DockerMachinePoolMachine.
 	{name: "machine with another provider's ID", machine: func(m *infrav1.DockerMachinePoolMachine) { m.Spec.ProviderID = "aws:///us-east-1a/i-0123" }, wantField: "spec.providerID"},
@@ -151,7 +170,7 @@ func TestHostileInputsDocumented(t *testing.T) {
 	}
 }
 
-func TestForbiddenPath(t *testing.T) {
+func TestForbiddenContainerPath(t *testing.T) {
 	tests := []struct {
 		path string
 		want string
@@ -161,15 +180,16 @@ func TestForbiddenPath(t *testing.T) {
 		{path: "/proc", want: "is /proc"},
 		{path: "/proc/", want: "is /proc"},
 		{path: "/proc/1/root", want: "is below /proc"},
-		{path: "/run/../run/docker.sock", want: "is below /run"},
+		{path: "/kind/version", want: "is below /kind"},
+		{path: "/srv/../kind", want: "is /kind"},
 		{path: "/procfs"},
 		{path: "/srv/proc"},
 		{path: "/srv"},
-		{path: "/var/lib/dockerd"},
+		{path: "/kindred"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
-			NewWithT(t).Expect(forbiddenPath(tt.path, forbiddenHostPaths)).To(Equal(tt.want))
+			NewWithT(t).Expect(forbiddenPath(tt.path, forbiddenContainerPaths)).To(Equal(tt.want))
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/hostpath"
 	"github.com/capdmp/capdmp/internal/nodeimage"
 )
 
@@ -20,9 +21,10 @@ func defaultMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate) 
 	}
 }
 
-// validateMachineTemplate checks what the CRD schema cannot check statically. It returns errors
-// with their field paths and warnings for what is allowed but probably a mistake.
-func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate, fldPath *field.Path) (field.ErrorList, []string) {
+// validateMachineTemplate checks what the CRD schema cannot check statically, extra mounts' host
+// paths against the manager's policy among them. It returns errors with their field paths and
+// warnings for what is allowed but probably a mistake.
+func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate, fldPath *field.Path, hostPaths hostpath.Policy) (field.ErrorList, []string) {
 	var allErrs field.ErrorList
 	var warnings []string
 
@@ -55,9 +57,8 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 
 	seenPaths := make(map[string]int, len(template.ExtraMounts))
 	for i, mount := range template.ExtraMounts {
-		if reason := forbiddenPath(mount.HostPath, forbiddenHostPaths); reason != "" {
-			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("hostPath"),
-				fmt.Sprintf("%q %s: a node container is privileged, so this mount would give whoever may create a pool root on the Docker host", mount.HostPath, reason)))
+		if err := hostPaths.Check(mount.HostPath); err != nil {
+			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("hostPath"), err.Error()))
 		}
 		if reason := forbiddenPath(mount.ContainerPath, forbiddenContainerPaths); reason != "" {
 			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("containerPath"),
@@ -79,12 +80,8 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 	return allErrs, warnings
 }
 
-// forbiddenHostPaths are host paths no pool may mount, nor anything below them ("/" only itself):
-// the host's root, its kernel interfaces and devices, and the container engines' sockets and
-// state.
-var forbiddenHostPaths = []string{"/", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet"}
-
-// forbiddenContainerPaths are where a mount would hide what the node needs.
+// forbiddenContainerPaths are where a mount would hide what the node needs. Host paths are the
+// business of internal/hostpath, which the controller checks again before creating a container.
 var forbiddenContainerPaths = []string{"/", "/proc", "/sys", "/dev", "/kind"}
 
 // forbiddenPath says why p is one of forbidden or below one of them, "" when it is neither. Paths

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
 // TestSetupWebhooksWithManager registers the webhooks with a manager (which does not contact any
@@ -33,7 +34,7 @@ func TestSetupWebhooksWithManager(t *testing.T) {
 		HealthProbeBindAddress: "0",
 	})
 	g.Expect(err).ToNot(HaveOccurred())
-	g.Expect(SetupWebhooksWithManager(mgr)).To(Succeed())
+	g.Expect(SetupWebhooksWithManager(mgr, hostpath.Policy{})).To(Succeed())
 
 	manifests, err := os.ReadFile("../../config/webhook/manifests.yaml")
 	g.Expect(err).ToNot(HaveOccurred(), "run make generate")
