@@ -21,8 +21,8 @@ import (
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 )
 
-// engineDown is what the Docker runtime returns when the engine does not answer in time.
-var engineDown = fmt.Errorf("%w at unix:///run/docker.sock: context deadline exceeded", container.ErrEngineUnavailable)
+// errEngineDown is what the Docker runtime returns when the engine does not answer in time.
+var errEngineDown = fmt.Errorf("%w at unix:///run/docker.sock: context deadline exceeded", container.ErrEngineUnavailable)
 
 // TestEngineUnavailable: a pool and a machine whose engine does not answer say so on Ready, and
 // the reconcile fails so that it is retried with backoff; any other engine error does not claim
@@ -35,9 +35,9 @@ func TestEngineUnavailable(t *testing.T) {
 		wantReady         string
 		wantCreatedReason string
 	}{
-		{name: "list does not answer", failing: "List", err: engineDown, wantReady: infrav1.EngineUnavailableReason},
+		{name: "list does not answer", failing: "List", err: errEngineDown, wantReady: infrav1.EngineUnavailableReason},
 		{name: "list fails otherwise", failing: "List", err: errors.New("permission denied"), wantReady: infrav1.InventoryUnknownReason},
-		{name: "create does not answer", failing: "Create", err: engineDown,
+		{name: "create does not answer", failing: "Create", err: errEngineDown,
 			wantReady: infrav1.EngineUnavailableReason, wantCreatedReason: infrav1.EngineUnavailableReason},
 		{name: "create refused by the engine", failing: "Create", err: errors.New("conflicting options"),
 			wantCreatedReason: infrav1.ContainerCreateFailedReason},
@@ -84,7 +84,7 @@ func TestEngineUnavailable(t *testing.T) {
 		}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
 		rt := fakeruntime.New()
 		rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
-		rt.SetError("Inspect", engineDown)
+		rt.SetError("Inspect", errEngineDown)
 		c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
 			WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}).Build()
 		r := &DockerMachinePoolMachineReconciler{Client: c, APIReader: c, Runtime: rt, recorder: record.NewFakeRecorder(10)}

@@ -314,7 +314,7 @@ func TestDockerAgainstEngineStub(t *testing.T) {
 // wedgedEngine is a socket that accepts connections and never answers, as an engine that hangs.
 func wedgedEngine(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "docker.sock"))
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "unix", filepath.Join(t.TempDir(), "docker.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestDockerEngineUnavailable(t *testing.T) {
 		for _, c := range calls {
 			t.Run(engine.name+"/"+c.name, func(t *testing.T) {
 				g := NewWithT(t)
-				d, err := NewDocker(client.WithHost(engine.host(t)), client.WithVersion("1.41"))
+				d, err := NewDocker(client.WithHost(engine.host(t)), client.WithAPIVersion("1.41"))
 				g.Expect(err).ToNot(HaveOccurred())
 				t.Cleanup(func() { _ = d.Close() })
 				d.CallTimeout = callTimeout
@@ -396,7 +396,7 @@ func TestDockerEngineUnavailable(t *testing.T) {
 
 	t.Run("a caller that gave up is not told the engine is unavailable", func(t *testing.T) {
 		g := NewWithT(t)
-		d, err := NewDocker(client.WithHost(wedgedEngine(t)), client.WithVersion("1.41"))
+		d, err := NewDocker(client.WithHost(wedgedEngine(t)), client.WithAPIVersion("1.41"))
 		g.Expect(err).ToNot(HaveOccurred())
 		t.Cleanup(func() { _ = d.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
