@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/component-base/logs"
@@ -105,6 +106,23 @@ func newScheme() *runtime.Scheme {
 	return scheme
 }
 
+// cacheOptions scopes the manager's cache to the namespace it watches, all when empty. Of
+// Secrets it caches only the metadata of those labelled with a Cluster's name: the pools watch
+// Secrets to notice CABPK's refreshed bootstrap data, which carries that label, and read data
+// live, never from the cache.
+func cacheOptions(namespace string) (ctrlcache.Options, error) {
+	var opts ctrlcache.Options
+	if namespace != "" {
+		opts.DefaultNamespaces = map[string]ctrlcache.Config{namespace: {}}
+	}
+	ofClusters, err := labels.Parse(clusterv1.ClusterNameLabel)
+	if err != nil {
+		return opts, fmt.Errorf("selecting the Secrets of Clusters: %w", err)
+	}
+	opts.ByObject = map[client.Object]ctrlcache.ByObject{&corev1.Secret{}: {Label: ofClusters}}
+	return opts, nil
+}
+
 func run(ctx context.Context, o *options) error {
 	log := ctrl.LoggerFrom(ctx)
 	hostPaths, err := hostpath.NewPolicy(o.allowedHostPaths)
@@ -123,12 +141,12 @@ func run(ctx context.Context, o *options) error {
 	}
 	runtimeEngine.CallTimeout = o.dockerCallTimeout
 
-	var cacheOptions ctrlcache.Options
-	if o.watchNamespace != "" {
-		cacheOptions.DefaultNamespaces = map[string]ctrlcache.Config{o.watchNamespace: {}}
+	cache, err := cacheOptions(o.watchNamespace)
+	if err != nil {
+		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Cache:                  cacheOptions,
+		Cache:                  cache,
 		Scheme:                 newScheme(),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddr},
 		HealthProbeBindAddress: o.healthProbeBindAddr,
