@@ -1,6 +1,6 @@
 // Package config holds CAPDMP's generated manifests as files for kustomize, and embeds the ones
-// programs need without the repository at hand: the CRDs and the webhook configuration, which the
-// local management plane (internal/managementplane) installs.
+// programs need without the repository at hand: the CRDs, the webhook configuration and the
+// manager's ClusterRole, which the local management plane (internal/managementplane) installs.
 package config
 
 import "embed"
@@ -14,3 +14,9 @@ var CRDs embed.FS
 //
 //go:embed webhook/manifests.yaml
 var WebhookManifests []byte
+
+// ManagerRole is the manager's ClusterRole `make generate` writes from the controllers' RBAC
+// markers: what the manager may do, and all it may do.
+//
+//go:embed rbac/role.yaml
+var ManagerRole []byte

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -33,6 +34,8 @@ type Manager struct {
 	o           ManagerOptions
 	server      *APIServer
 	webhookAddr string
+	// kubeconfig holds the credentials of the manager's ServiceAccount, bound to the shipped RBAC.
+	kubeconfig string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -49,7 +52,15 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 	if err != nil {
 		return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
 	}
-	m := &Manager{o: o, server: s, webhookAddr: net.JoinHostPort(s.WebhookHost, strconv.Itoa(port))}
+	m := &Manager{o: o, server: s, webhookAddr: net.JoinHostPort(s.WebhookHost, strconv.Itoa(port)),
+		kubeconfig: filepath.Join(filepath.Dir(s.Kubeconfig), "capdmp-manager.kubeconfig")}
+	cfg, err := s.ManagerConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteKubeconfig(cfg, m.kubeconfig); err != nil {
+		return nil, err
+	}
 	hooks, err := capdmpWebhooks()
 	if err != nil {
 		return nil, err
@@ -78,7 +89,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}, m.o.Args...)
 	// Not bound to ctx: the manager lives until Stop, not until the call that started it.
 	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec,noctx // the manager binary the caller built
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.server.Kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig)
 	cmd.Stdout, cmd.Stderr = m.o.Log, m.o.Log
 	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it. And
 	// it goes when this process goes, even killed.
