@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -256,4 +259,35 @@ func freePort(ctx context.Context, host string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(port)
+}
+
+// Process is the kube-apiserver process of s, found by its secure port among the host's
+// processes, for tests that stop or freeze it.
+func (s *APIServer) Process() (*os.Process, error) {
+	u, err := url.Parse(s.Config.Host)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's address %q: %w", s.Config.Host, err)
+	}
+	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, path := range cmdlines {
+		raw, err := os.ReadFile(path) //nolint:gosec // a /proc/<pid>/cmdline of the glob above
+		if err != nil {
+			continue // gone since the glob
+		}
+		args := strings.Split(string(raw), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, "--secure-port="+u.Port()) {
+			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			if err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(pids) != 1 {
+		return nil, fmt.Errorf("found %d kube-apiserver processes serving port %s, want one: %v", len(pids), u.Port(), pids)
+	}
+	return os.FindProcess(pids[0])
 }
