@@ -3,6 +3,7 @@ package stubnodes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,41 +46,64 @@ func TestScenarios(t *testing.T) {
 	for _, sc := range conformance.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			g := NewWithT(t)
-			from, err := sc.From(chain)
-			g.Expect(err).NotTo(HaveOccurred())
-			c := newTestCluster(t, clusterOptions{controlPlaneVersion: from, controlPlaneReplicas: sc.Shape.ControlPlaneReplicas,
-				poolVersion: from, replicas: sc.Shape.PoolReplicas})
-			ctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			go c.controlPlaneProvider(ctx, sc.Shape.ControlPlaneReplicas)
-			pool := c.conformanceCluster()
-			if sc.Shape.CustomImage {
-				g.Expect(pool.SetImage(ctx, from)).To(Succeed())
-			}
-			start := time.Now()
-			report, err := sc.Run(ctx, pool, conformance.Options{
-				Versions: chain, Interval: 50 * time.Millisecond, Budgets: budgets, TokenTTL: tokenTTL,
-				Logf: func(format string, args ...any) {
-					t.Logf("%6.1fs "+format, append([]any{time.Since(start).Seconds()}, args...)...)
-				},
-			})
-			g.Expect(err).NotTo(HaveOccurred())
-			m := report.Monitor
-			skewViolationsMu.Lock()
-			skewViolationsTotal += len(m.Violations)
-			skewViolationsMu.Unlock()
-			t.Logf("monitor: %s; gate re-open latencies %v", m.Coverage, report.Latencies)
-			for _, v := range m.Violations {
-				t.Errorf("VIOLATION %s", v)
-			}
+			report, _ := runScenario(t, sc, budgets)
 			for _, l := range report.Latencies {
 				// Generous for a loaded machine (about 1 s quiet), far below the hour-long sync period
 				// and the pool's 30 s retries: only the watch can have re-opened it.
-				g.Expect(l.FromStatus).To(BeNumerically("<", 10*time.Second), "gate re-open latency to %s", l.Target)
+				NewWithT(t).Expect(l.FromStatus).To(BeNumerically("<", 10*time.Second), "gate re-open latency to %s", l.Target)
 			}
 		})
 	}
+}
+
+// runScenario makes a cluster of the scenario's shape, runs the scenario on it with the
+// contract-level control plane provider, and fails the test on an error or a skew violation. The
+// cluster is deleted at the end of the test, or earlier by its cleanup.
+func runScenario(t *testing.T, sc conformance.Scenario, budgets conformance.Budgets) (conformance.Report, *testCluster) {
+	t.Helper()
+	return runScenarioWith(t, sc, budgets, nil, nil)
+}
+
+// runScenarioWith is runScenario that passes the cluster to onCluster once made, and each line
+// of the scenario's progress to progress; either may be nil.
+func runScenarioWith(t *testing.T, sc conformance.Scenario, budgets conformance.Budgets, onCluster func(*testCluster), progress func(string)) (conformance.Report, *testCluster) {
+	t.Helper()
+	g := NewWithT(t)
+	from, err := sc.From(chain)
+	g.Expect(err).NotTo(HaveOccurred())
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: from, controlPlaneReplicas: sc.Shape.ControlPlaneReplicas,
+		poolVersion: from, replicas: sc.Shape.PoolReplicas})
+	if onCluster != nil {
+		onCluster(c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go c.controlPlaneProvider(ctx, sc.Shape.ControlPlaneReplicas)
+	pool := c.conformanceCluster()
+	if sc.Shape.CustomImage {
+		g.Expect(pool.SetImage(ctx, from)).To(Succeed())
+	}
+	start := time.Now()
+	report, err := sc.Run(ctx, pool, conformance.Options{
+		Versions: chain, Interval: 50 * time.Millisecond, Budgets: budgets, TokenTTL: tokenTTL,
+		Logf: func(format string, args ...any) {
+			line := fmt.Sprintf(format, args...)
+			t.Logf("%6.1fs %s", time.Since(start).Seconds(), line)
+			if progress != nil {
+				progress(line)
+			}
+		},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	m := report.Monitor
+	skewViolationsMu.Lock()
+	skewViolationsTotal += len(m.Violations)
+	skewViolationsMu.Unlock()
+	t.Logf("monitor: %s; gate re-open latencies %v", m.Coverage, report.Latencies)
+	for _, v := range m.Violations {
+		t.Errorf("VIOLATION %s", v)
+	}
+	return report, c
 }
 
 // stubCluster is a scenario's cluster as pkg/conformance drives it: CAPDMP's pool, its manager
@@ -97,7 +122,7 @@ func (c stubCluster) RestartProvider(context.Context) error {
 	managerMu.Lock()
 	defer managerMu.Unlock()
 	managerStop()
-	return startManager()
+	return startManager(currentManager)
 }
 
 // Source implements conformance.Observer.
@@ -140,7 +165,8 @@ func (c *testCluster) controlPlaneProvider(ctx context.Context, replicas int32) 
 	for ctx.Err() == nil {
 		kcp := &controlplanev1.KubeadmControlPlane{}
 		if err := mgmt.Get(ctx, key, kcp); err != nil {
-			if !errors.Is(ctx.Err(), context.Canceled) {
+			// Gone with its deleted cluster, or the test is over.
+			if !apierrors.IsNotFound(err) && !errors.Is(ctx.Err(), context.Canceled) {
 				c.t.Errorf("control plane provider: %v", err)
 			}
 			return

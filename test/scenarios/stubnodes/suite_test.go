@@ -94,7 +94,7 @@ func runSuite(m *testing.M) int {
 	mgmt = testEnv.Management.Client
 	fmt.Fprintf(os.Stderr, "management and workload API servers up in %s\n", time.Since(start).Round(time.Millisecond))
 
-	if err := startManager(); err != nil {
+	if err := startManager(defaultManager); err != nil {
 		fmt.Fprintln(os.Stderr, "starting the manager:", err)
 		return 1
 	}
@@ -108,10 +108,28 @@ func runSuite(m *testing.M) int {
 	return code
 }
 
+// managerConfig says how a manager started runs CAPDMP.
+type managerConfig struct {
+	// containerSyncPeriod is the pools' re-list period.
+	containerSyncPeriod time.Duration
+	// capdmpOutOfProcess leaves CAPDMP's reconcilers out of the manager: the test runs the manager
+	// binary (startManagerProcess).
+	capdmpOutOfProcess bool
+	// wrapClient, when set, wraps the client CAPDMP's reconcilers read and write with.
+	wrapClient func(client.Client) client.Client
+}
+
+// defaultManager: a short sync period, so that tests which remove containers by hand see them
+// replaced quickly.
+var defaultManager = managerConfig{containerSyncPeriod: 2 * time.Second}
+
+// currentManager is the configuration of the running manager, which restarts keep.
+var currentManager = defaultManager
+
 // startManager runs a manager with Cluster API's reconcilers and CAPDMP's, as a management
 // cluster would: Cluster, Machine, MachinePool, KubeadmConfig, the ClusterCache, and CAPDMP's two
 // on the host network (the workload API server listens on loopback).
-func startManager() error {
+func startManager(cfg managerConfig) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(testEnv.Management.Config, ctrl.Options{
 		Scheme:  testEnv.Management.Scheme,
@@ -144,17 +162,24 @@ func startManager() error {
 		cancel()
 		return err
 	}
+	capdmpClient := mgr.GetClient()
+	if cfg.wrapClient != nil {
+		capdmpClient = cfg.wrapClient(capdmpClient)
+	}
 	setups := []func() error{
 		func() error { return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, tokenTTL) },
-		func() error {
-			return (&controllers.DockerMachinePoolReconciler{
-				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,
-				Network: container.HostNetwork, ContainerSyncPeriod: containerSyncPeriod,
-			}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&controllers.DockerMachinePoolMachineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: engine, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		},
+	}
+	if !cfg.capdmpOutOfProcess {
+		setups = append(setups,
+			func() error {
+				return (&controllers.DockerMachinePoolReconciler{
+					Client: capdmpClient, APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,
+					Network: container.HostNetwork, ContainerSyncPeriod: cfg.containerSyncPeriod,
+				}).SetupWithManager(ctx, mgr, opts)
+			},
+			func() error {
+				return (&controllers.DockerMachinePoolMachineReconciler{Client: capdmpClient, APIReader: mgr.GetAPIReader(), Runtime: engine, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
+			})
 	}
 	for _, setup := range setups {
 		if err := setup(); err != nil {
@@ -170,32 +195,37 @@ func startManager() error {
 		}
 	}()
 	managerStop = func() { cancel(); <-done }
+	currentManager = cfg
 	return nil
 }
 
-// containerSyncPeriod is the pool's re-list period of the next manager started: short, so that
-// tests which remove containers by hand see them replaced quickly. withLongSyncPeriod lengthens it.
-var containerSyncPeriod = 2 * time.Second
+// withManager restarts the manager as cfg says for the rest of the test, and restores the
+// default after it. Only tests that run alone (not parallel) may call it.
+func withManager(t *testing.T, cfg managerConfig) {
+	t.Helper()
+	replaceManager(t, cfg)
+	t.Cleanup(func() { replaceManager(t, defaultManager) })
+}
 
 // withLongSyncPeriod restarts the manager with a container sync period longer than the test, so
 // that only watches (the control plane's, the Machines') can drive the pool, and restores it after.
 func withLongSyncPeriod(t *testing.T) {
 	t.Helper()
-	containerSyncPeriod = time.Hour
-	restartManager(t)
-	t.Cleanup(func() {
-		containerSyncPeriod = 2 * time.Second
-		restartManager(t)
-	})
+	withManager(t, managerConfig{containerSyncPeriod: time.Hour})
 }
 
-// restartManager stops the manager and starts a new one, as a controller restart would.
+// restartManager stops the manager and starts a new one as it was, as a controller restart would.
 func restartManager(t *testing.T) {
+	t.Helper()
+	replaceManager(t, currentManager)
+}
+
+func replaceManager(t *testing.T, cfg managerConfig) {
 	t.Helper()
 	managerMu.Lock()
 	defer managerMu.Unlock()
 	managerStop()
-	if err := startManager(); err != nil {
+	if err := startManager(cfg); err != nil {
 		t.Fatalf("restarting the manager: %v", err)
 	}
 }

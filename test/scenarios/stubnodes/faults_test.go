@@ -1,0 +1,434 @@
+package stubnodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/testenv"
+	"github.com/capdmp/capdmp/pkg/conformance"
+)
+
+// faultBudgets are the table's budgets doubled: every fault costs the pool a retry or a restart.
+var faultBudgets = conformance.Budgets{
+	ClusterReady: 2 * budgets.ClusterReady, ControlPlaneMachine: 2 * budgets.ControlPlaneMachine,
+	ControlPlaneUpgrade: 2 * budgets.ControlPlaneUpgrade, PoolUpgrade: 2 * budgets.PoolUpgrade,
+	Gate: 2 * budgets.Gate, Settle: budgets.Settle,
+}
+
+// conflictInjector fails every other write (the first, the third...) of each DockerMachinePool
+// and DockerMachinePoolMachine, per operation and subresource, with a conflict, as a concurrent
+// writer would make the API server answer.
+type conflictInjector struct {
+	mu       sync.Mutex
+	writes   map[string]int
+	injected map[string]int // by kind and operation
+}
+
+func newConflictInjector() *conflictInjector {
+	return &conflictInjector{writes: map[string]int{}, injected: map[string]int{}}
+}
+
+// withoutWatch lets controller-runtime's interceptor wrap a manager's client, which cannot watch.
+type withoutWatch struct{ client.Client }
+
+func (withoutWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("the manager's client does not watch")
+}
+
+func (c *conflictInjector) wrap(cl client.Client) client.Client {
+	return interceptor.NewClient(withoutWatch{cl}, interceptor.Funcs{
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.conflict(obj, "update", ""); err != nil {
+				return err
+			}
+			return cl.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := c.conflict(obj, "patch", ""); err != nil {
+				return err
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := c.conflict(obj, "update", sub); err != nil {
+				return err
+			}
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := c.conflict(obj, "patch", sub); err != nil {
+				return err
+			}
+			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+}
+
+// conflict returns a conflict for every other write of a pool or a machine.
+func (c *conflictInjector) conflict(obj client.Object, op, sub string) error {
+	var kind string
+	switch obj.(type) {
+	case *infrav1.DockerMachinePool:
+		kind = "DockerMachinePool"
+	case *infrav1.DockerMachinePoolMachine:
+		kind = "DockerMachinePoolMachine"
+	default:
+		return nil
+	}
+	what := strings.TrimSuffix(kind+" "+op+" "+sub, " ")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := what + " " + client.ObjectKeyFromObject(obj).String()
+	c.writes[key]++
+	if c.writes[key]%2 == 0 {
+		return nil
+	}
+	c.injected[what]++
+	return apierrors.NewConflict(schema.GroupResource{Group: infrav1.GroupVersion.Group, Resource: strings.ToLower(kind) + "s"},
+		obj.GetName(), errors.New("injected by the test: the object has been modified"))
+}
+
+func (c *conflictInjector) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.injected {
+		out[k] = v
+	}
+	return out
+}
+
+// TestFaultUpdateConflicts: every write of a pool and of its machines, status included, fails
+// once with a conflict before it succeeds. A scale-up, an upgrade of both at once, then a
+// scale-up and a scale-down converge, with no skew violation.
+func TestFaultUpdateConflicts(t *testing.T) {
+	g := NewWithT(t)
+	conflicts := newConflictInjector()
+	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, wrapClient: conflicts.wrap})
+	sc, ok := conformance.Lookup("s1-machinepool-first")
+	g.Expect(ok).To(BeTrue())
+
+	_, c := runScenario(t, sc, faultBudgets)
+	target := chain[len(chain)-1]
+	for _, replicas := range []int32{4, 1} {
+		c.setReplicas(replicas)
+		c.waitForReady(int(replicas), target, faultBudgets.PoolUpgrade)
+	}
+
+	injected := conflicts.counts()
+	t.Logf("conflicts injected: %v", injected)
+	for _, what := range []string{"DockerMachinePool patch", "DockerMachinePool patch status", "DockerMachinePoolMachine patch status"} {
+		g.Expect(injected).To(HaveKeyWithValue(what, BeNumerically(">", 0)), "the writes the controllers make were all tried")
+	}
+	c.cleanup()
+}
+
+// managerProcess is the CAPDMP manager binary running against the suite's API servers, as a
+// management cluster's Pod would, so that a test can kill it.
+type managerProcess struct {
+	binary, kubeconfig, log string
+	healthPort              int
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startManagerProcess builds the manager and runs it with the ServiceAccount and RBAC CAPDMP
+// ships, with CAPDMP's reconcilers out of the in-process manager for the rest of the test; it is
+// killed at the end.
+func startManagerProcess(t *testing.T) *managerProcess {
+	t.Helper()
+	g := NewWithT(t)
+	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "faults")
+	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	p := &managerProcess{binary: filepath.Join(dir, "manager"), kubeconfig: filepath.Join(dir, "kubeconfig"),
+		log: filepath.Join(dir, "manager.log")}
+	build := exec.Command("go", "build", "-o", p.binary, ".")
+	build.Dir = testenv.RepoRoot()
+	out, err := build.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "building the manager: %s", out)
+	// The manager runs with the RBAC CAPDMP ships, not as an admin: a missing permission fails.
+	cfg, err := testEnv.Management.ManagerConfig(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(managementplane.WriteKubeconfig(cfg, p.kubeconfig)).To(Succeed())
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	p.healthPort = l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+
+	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, capdmpOutOfProcess: true})
+	g.Expect(p.start()).To(Succeed())
+	t.Cleanup(p.kill)
+	return p
+}
+
+// start runs the manager and waits until it reports ready.
+func (p *managerProcess) start() error {
+	log, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(p.binary, "--leader-elect=false", "--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(p.healthPort), "--enable-webhooks=false",
+		"--docker-network=host", "--container-sync-period="+defaultManager.containerSyncPeriod.String(), "--v=2")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+p.kubeconfig)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the manager: %w", err)
+	}
+	p.cmd, p.exited = cmd, make(chan struct{})
+	go func(exited chan struct{}) { _ = cmd.Wait(); close(exited) }(p.exited)
+	ready := "http://127.0.0.1:" + strconv.Itoa(p.healthPort) + "/readyz"
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("the manager exited at start (log: %s)", p.log)
+		default:
+		}
+		resp, err := http.Get(ready) //nolint:gosec,noctx // loopback, the port this test chose
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the manager was not ready within a minute (log: %s)", p.log)
+}
+
+// kill sends SIGKILL and waits for the process to go.
+func (p *managerProcess) kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	p.cmd = nil
+}
+
+// faultMoment is one kill: when, the scenario's step and the last state it saw, and what the
+// pool had then.
+type faultMoment struct {
+	at          time.Duration
+	step, state string
+	containers  int
+	machines    int
+	provisioned int
+}
+
+func (m faultMoment) String() string {
+	return fmt.Sprintf("%6.1fs %s; pool: %d containers, %d machines (%d provisioned); last seen: %s",
+		m.at.Seconds(), m.step, m.containers, m.machines, m.provisioned, m.state)
+}
+
+// isState says whether a line of a scenario's progress is a state it saw rather than a step.
+func isState(line string) bool {
+	return strings.HasPrefix(line, "MachinePool ") || strings.HasPrefix(line, "control plane ")
+}
+
+// TestFaultManagerKilled kills the manager process (SIGKILL) at random moments, 20 in all, while
+// scenarios of the table run one after the other: scale-ups and bootstraps, upgrades of both at
+// once with the gate closed and then open, and the deletion of each cluster. The manager is started again after each kill, as a Pod would be. Every scenario
+// completes without a skew violation, each deleted cluster leaves no container and no Machine,
+// and every moment is reported. CAPDMP_FAULTS_SEED replays a run.
+func TestFaultManagerKilled(t *testing.T) {
+	const kills = 20
+	g := NewWithT(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CAPDMP_FAULTS_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	t.Logf("seed %d (CAPDMP_FAULTS_SEED=%d replays the moments)", seed, seed)
+	random := rand.New(rand.NewPCG(seed, seed)) //nolint:gosec // moments of a test, not secrets
+	p := startManagerProcess(t)
+
+	var (
+		mu          sync.Mutex
+		step, state string
+		current     *testCluster
+		moments     []faultMoment
+	)
+	setDoing := func(c *testCluster, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		current = c
+		if isState(line) {
+			state = line
+		} else {
+			step, state = line, ""
+		}
+	}
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	killerDone := make(chan error, 1)
+	killed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(moments)
+	}
+	go func() {
+		for killed() < kills {
+			select {
+			case <-ctx.Done():
+				killerDone <- nil
+				return
+			// From 3 to 10 s after the manager is ready: a restart costs it a few seconds (caches,
+			// the workload cluster's connection), and kills closer together would hold the pool
+			// in its first step.
+			case <-time.After(time.Duration(3000+random.IntN(7000)) * time.Millisecond):
+			}
+			mu.Lock()
+			m := faultMoment{at: time.Since(start), step: step, state: state}
+			c := current
+			mu.Unlock()
+			p.kill()
+			if c != nil {
+				m.containers, m.machines, m.provisioned = c.inventory()
+			}
+			mu.Lock()
+			moments = append(moments, m)
+			mu.Unlock()
+			if err := p.start(); err != nil {
+				killerDone <- err
+				return
+			}
+		}
+		killerDone <- nil
+	}()
+
+	// Not the scenarios that hold the pool's bootstrap data through a pause: with this suite's
+	// 20-second token TTL, a manager down for seconds at the wrong moment lets a token expire
+	// before its container joins, a failure of the test's TTL rather than of the pool.
+	scenarios := []string{"s1-machinepool-first", "s1-controlplane-first", "s1-image-first"}
+	for i := 0; killed() < kills; i++ {
+		sc, ok := conformance.Lookup(scenarios[i%len(scenarios)])
+		g.Expect(ok).To(BeTrue())
+		t.Run(sc.Name, func(t *testing.T) {
+			_, c := runScenarioWhile(t, sc, func(c *testCluster, line string) {
+				if !isState(line) {
+					line = sc.Name + ": " + line
+				}
+				setDoing(c, line)
+			})
+			setDoing(c, sc.Name+": deleting the cluster")
+			c.cleanup()
+			machines := &clusterv1.MachineList{}
+			NewWithT(t).Expect(mgmt.List(context.Background(), machines, client.InNamespace(c.namespace))).To(Succeed())
+			NewWithT(t).Expect(machines.Items).To(BeEmpty(), "no Machine is left with its deleted cluster")
+			setDoing(nil, "between scenarios")
+		})
+		if t.Failed() {
+			break
+		}
+	}
+	cancel()
+	g.Expect(<-killerDone).To(Succeed())
+	t.Logf("%d kills (seed %d):", len(moments), seed)
+	for i, m := range moments {
+		t.Logf("%2d %s", i+1, m)
+	}
+	g.Expect(len(moments)).To(BeNumerically(">=", kills))
+}
+
+// runScenarioWhile is runScenario that tells progress what the scenario is doing at each step.
+func runScenarioWhile(t *testing.T, sc conformance.Scenario, progress func(*testCluster, string)) (conformance.Report, *testCluster) {
+	t.Helper()
+	var c *testCluster
+	onCluster := func(created *testCluster) { c = created; progress(c, "creating the cluster") }
+	return runScenarioWith(t, sc, faultBudgets, onCluster, func(line string) { progress(c, line) })
+}
+
+// inventory counts the pool's containers, its machines and those provisioned.
+func (c *testCluster) inventory() (containers, machines, provisioned int) {
+	ctx := context.Background()
+	pool := &infrav1.DockerMachinePool{}
+	if err := mgmt.Get(ctx, c.key(), pool); err == nil {
+		if list, err := engine.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(pool.UID)}); err == nil {
+			containers = len(list)
+		}
+	}
+	list := &infrav1.DockerMachinePoolMachineList{}
+	if err := mgmt.List(ctx, list, client.InNamespace(c.namespace)); err == nil {
+		machines = len(list.Items)
+		for _, m := range list.Items {
+			if m.Status.Initialization.Provisioned != nil && *m.Status.Initialization.Provisioned {
+				provisioned++
+			}
+		}
+	}
+	return containers, machines, provisioned
+}
+
+// apiServerFreeze is how long TestFaultManagementAPIServerFrozen holds the API server.
+const apiServerFreeze = 30 * time.Second
+
+// TestFaultManagementAPIServerFrozen freezes the management kube-apiserver (SIGSTOP: connections
+// hang, as with a wedged server) for 30 s once the pool has begun to scale up, then lets it go on.
+// The scale-up, then an upgrade of both at once, complete with no skew violation: samples the
+// monitor cannot read meanwhile are counted apart, never as "no violation".
+func TestFaultManagementAPIServerFrozen(t *testing.T) {
+	g := NewWithT(t)
+	sc, ok := conformance.Lookup("s1-machinepool-first")
+	g.Expect(ok).To(BeTrue())
+	apiServer, err := testEnv.Management.Process()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = apiServer.Signal(syscall.SIGCONT) })
+
+	frozen := make(chan time.Duration, 1)
+	freezeOnce := sync.Once{}
+	freeze := func(c *testCluster) {
+		// Once the pool has a container: the scale-up is under way.
+		for deadline := time.Now().Add(faultBudgets.ClusterReady); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if list, err := engine.List(context.Background(), map[string]string{infrav1.ClusterNameLabel: c.name}); err == nil && len(list) > 0 {
+				break
+			}
+		}
+		start := time.Now()
+		if err := apiServer.Signal(syscall.SIGSTOP); err != nil {
+			t.Errorf("freezing the management API server: %v", err)
+			return
+		}
+		time.Sleep(apiServerFreeze)
+		if err := apiServer.Signal(syscall.SIGCONT); err != nil {
+			t.Errorf("resuming the management API server: %v", err)
+		}
+		frozen <- time.Since(start)
+	}
+	report, _ := runScenarioWith(t, sc, faultBudgets, func(c *testCluster) {
+		freezeOnce.Do(func() { go freeze(c) })
+	}, nil)
+	select {
+	case d := <-frozen:
+		t.Logf("management API server frozen for %s during the scale-up", d.Round(time.Millisecond))
+	default:
+		t.Fatal("the scenario ended before the freeze did")
+	}
+	g.Expect(report.Monitor.Coverage.Unknown).To(BeNumerically(">", 0), "the monitor counted the samples it could not read")
+}
