@@ -43,6 +43,8 @@ type clusterOptions struct {
 	customImage          string
 	// joinCommands are extra commands CABPK runs before kubeadm join (e.g. to fail a bootstrap).
 	preKubeadmCommands []string
+	// bootstrapTimeout is the pool's; the API's default when zero.
+	bootstrapTimeout time.Duration
 }
 
 // newTestCluster creates a namespace, a Cluster whose control plane (a KubeadmControlPlane whose
@@ -104,6 +106,9 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	pool := &infrav1.DockerMachinePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name + "-workers"},
 		Spec:       infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: o.customImage}},
+	}
+	if o.bootstrapTimeout > 0 {
+		pool.Spec.Template.BootstrapTimeout = &metav1.Duration{Duration: o.bootstrapTimeout}
 	}
 	g.Expect(mgmt.Create(ctx, pool)).To(Succeed())
 

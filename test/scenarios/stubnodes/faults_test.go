@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -431,4 +432,32 @@ func TestFaultManagementAPIServerFrozen(t *testing.T) {
 		t.Fatal("the scenario ended before the freeze did")
 	}
 	g.Expect(report.Monitor.Coverage.Unknown).To(BeNumerically(">", 0), "the monitor counted the samples it could not read")
+}
+
+// TestFaultHungBootstrap: a bootstrap step that never exits is stopped at the pool's bootstrap
+// timeout and the machine says which step hung, while another pool scales up meanwhile: a hung
+// bootstrap holds no controller worker.
+func TestFaultHungBootstrap(t *testing.T) {
+	g := NewWithT(t)
+	const timeout = 15 * time.Second
+	hung := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2,
+		preKubeadmCommands: []string{"sleep 3600"}, bootstrapTimeout: timeout})
+	healthy := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 3})
+
+	start := time.Now()
+	healthy.waitForReady(3, v131, 2*time.Minute)
+	t.Logf("the other pool scaled 0 -> 3 in %s beside the hung bootstraps", time.Since(start).Round(time.Millisecond))
+	g.Eventually(func(g Gomega) {
+		machines := &infrav1.DockerMachinePoolMachineList{}
+		g.Expect(mgmt.List(context.Background(), machines, client.InNamespace(hung.namespace))).To(Succeed())
+		g.Expect(machines.Items).To(HaveLen(2))
+		for i := range machines.Items {
+			cond := conditions.Get(&machines.Items[i], infrav1.ContainerProvisionedCondition)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(infrav1.BootstrapFailedReason))
+			g.Expect(cond.Message).To(And(ContainSubstring("did not finish within "+timeout.String()), ContainSubstring("Bootstrap step runcmd[0] was stopped")))
+		}
+	}, timeout+time.Minute, 250*time.Millisecond).Should(Succeed())
+	t.Logf("both hung bootstraps stopped and reported %s after the pools were made", time.Since(start).Round(time.Millisecond))
+	g.Expect(hung.pool().Status.ReadyReplicas).To(HaveValue(BeEquivalentTo(0)))
 }
