@@ -10,8 +10,10 @@ var redactions = []struct {
 	replacement string
 }{
 	// PEM blocks, whole or cut by a tail (an END without its BEGIN, a BEGIN without its END).
+	// Once the whole blocks are gone, the text up to the last END left is inside a block whose
+	// BEGIN the tail cut: up to the last, so that a second pass has nothing left to cut.
 	{regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]+-----.*?(-----END [A-Z0-9 ]+-----|\z)`), "<redacted PEM block>"},
-	{regexp.MustCompile(`(?s)\A.*?-----END [A-Z0-9 ]+-----`), "<redacted PEM block>"},
+	{regexp.MustCompile(`(?s)\A.*-----END [A-Z0-9 ]+-----`), "<redacted PEM block>"},
 	// Kubeconfig and kubeadm fields that hold keys, certificates or tokens.
 	{regexp.MustCompile(`(?i)\b(client-key-data|client-certificate-data|certificate-authority-data|token|certificateKey|certificate-key)(["']?\s*[:=]\s*["']?)[^\s"',}]+`), "${1}${2}<redacted>"},
 	// Command-line flags that carry them.

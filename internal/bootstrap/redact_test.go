@@ -24,6 +24,7 @@ func TestRedact(t *testing.T) {
 			want: "kubeadm join 10.0.0.1:6443 --token <redacted> --certificate-key <redacted> --discovery-token-ca-cert-hash sha256:aa"},
 		{name: "a PEM key", in: "wrote key:\n" + testKey + "\ndone", want: "wrote key:\n<redacted PEM block>\ndone"},
 		{name: "a PEM block cut at the start by a tail", in: "o7onLRnrq0/IzW7yWR7Qkrm\n-----END CERTIFICATE-----\nerror: x", want: "<redacted PEM block>\nerror: x"},
+		{name: "two ENDs without their BEGIN: all up to the last goes", in: "-----END A-----\nbody\n-----END B-----\nrest", want: "<redacted PEM block>\nrest"},
 		{name: "a PEM block cut at the end", in: "config:\n-----BEGIN CERTIFICATE-----\nMIIC5zCCAc+gAwIBAgIBADAN", want: "config:\n<redacted PEM block>"},
 		{name: "kubeconfig and kubeadm fields", in: "client-key-data: LS0tLS1CRUdJTg==\n  token: \"" + testToken + "\"\ncertificateKey: 0f0e",
 			want: "client-key-data: <redacted>\n  token: \"<redacted>\"\ncertificateKey: <redacted>"},
