@@ -67,6 +67,18 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 	$(MAKE) verify
 	$(MAKE) lint
 
+# The fault tests run in `make test` too; this runs them alone, with their moments in the log.
+.PHONY: test-faults
+test-faults: envtest-binaries docker-engine ## Run the fault tests alone: manager killed at 20 moments, update conflicts
+	hack/host-packages.sh test
+	go test $(GO_TEST_FLAGS) -count=1 -v -run '^TestFault' ./test/scenarios/stubnodes/
+
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (30s), one at a time; summary in _artifacts/fuzz/summary.txt
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
 # The real tier comes in two sizes, as Cluster API's e2e does (PR-blocking and full):
 # - test-e2e-local, the blocking tier CI runs: two versions without CoreDNS, and the scenarios that
 #   exercise the gate, the bootstrap refresh and a manager restart with real kubelets;
