@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"errors"
 	"reflect"
@@ -10,12 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/blang/semver/v4"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
-	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/cloudinit"
-	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/ignition"
-	kubeadmtypes "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types"
 )
 
 // Bootstrap data comes from a Secret and becomes shell steps run as root in a node: the fuzz
@@ -31,14 +24,14 @@ var fileMode = regexp.MustCompile(`^[0-7]{4}$`)
 // FuzzCommandsCloudConfig: any cloud-config either fails or becomes well-formed steps.
 func FuzzCommandsCloudConfig(f *testing.F) {
 	for _, version := range []string{"1.36.3", "1.30.14"} {
-		f.Add(seedCloudConfig(f, version))
+		f.Add(renderCloudConfig(f, version, nil))
 	}
 	for _, doc := range []string{
 		"#cloud-config\n",
 		"#cloud-config\nruncmd:\n- [kubeadm, join, --config, /x.yaml]\n- [echo, 1, true]\n- kubeadm join --config /x.yaml\n",
 		"#cloud-config\nbootcmd:\n- echo boot\nwrite_files:\n- path: /a\n  permissions: 0600\n  content: a\n- path: /b\n  permissions: '0o750'\n- path: /c\n  permissions: '644'\n  owner: nobody:nogroup\n  append: true\n",
 		"#cloud-config\nwrite_files:\n- path: /late\n  defer: true\n- path: /early\nruncmd:\n- echo\n",
-		"#cloud-config\nwrite_files:\n- path: /x\n  encoding: gz+b64\n  content: " + base64.StdEncoding.EncodeToString(gzipBytes(f, "zipped")) + "\n",
+		"#cloud-config\nwrite_files:\n- path: /x\n  encoding: gz+b64\n  content: " + base64.StdEncoding.EncodeToString([]byte(gzipString(f, "zipped"))) + "\n",
 		"## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data[\"local_hostname\"] }} {{ v1.instance_id }}\n",
 		"## template: jinja\n#cloud-config\nruncmd:\n- echo {{ v1.region }}\n",
 		"## template: jinja\n#cloud-config\n{% if true %}\nruncmd: []\n{% endif %}\n",
@@ -68,9 +61,9 @@ func FuzzCommandsCloudConfig(f *testing.F) {
 
 // FuzzCommandsIgnition: any Ignition config either fails or becomes well-formed steps.
 func FuzzCommandsIgnition(f *testing.F) {
-	f.Add(seedIgnition(f, "1.36.3", "storage:\n  files:\n  - path: /opt/foo\n    filesystem: root\n    contents:\n      inline: Howdy!\n    mode: 0644\n"))
-	f.Add(seedIgnition(f, "1.30.14", ""))
-	gz := base64.StdEncoding.EncodeToString(gzipBytes(f, "zipped content"))
+	f.Add(renderIgnition(f, "1.36.3", "storage:\n  files:\n  - path: /opt/foo\n    filesystem: root\n    contents:\n      inline: Howdy!\n    mode: 0644\n"))
+	f.Add(renderIgnition(f, "1.30.14", ""))
+	gz := base64.StdEncoding.EncodeToString([]byte(gzipString(f, "zipped content")))
 	for _, doc := range []string{
 		`{"ignition": {"version": "3.4.0"}, "storage": {"directories": [{"path": "/etc/d", "mode": 448}], "files": [` +
 			`{"path": "/etc/z", "mode": 420, "contents": {"source": "data:;base64,` + gz + `", "compression": "gzip"}},` +
@@ -181,9 +174,9 @@ func errString(err error) string {
 // they agree on whether there is a kubeadm JoinConfiguration, and BootstrapTokenID returns the
 // public part of a token only.
 func FuzzJoinConfiguration(f *testing.F) {
-	f.Add(seedCloudConfig(f, "1.36.3"), false)
-	f.Add(seedCloudConfig(f, "1.30.14"), false)
-	f.Add(seedIgnition(f, "1.36.3", ""), true)
+	f.Add(renderCloudConfig(f, "1.36.3", nil), false)
+	f.Add(renderCloudConfig(f, "1.30.14", nil), false)
+	f.Add(renderIgnition(f, "1.36.3", ""), true)
 	for _, doc := range []string{
 		"## template: jinja\n#cloud-config\nhostname: {{ ds.meta_data.hostname }}\nwrite_files:\n- path: /run/kubeadm/join.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta3\n    kind: JoinConfiguration\n    discovery:\n      bootstrapToken:\n        token: 123456.abcdefabcdefabcd\n",
 		"#cloud-config\nwrite_files:\n- path: /etc/k.yaml\n  content: |\n    apiVersion: kubelet.config.k8s.io/v1beta1\n    kind: KubeletConfiguration\n    ---\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: JoinConfiguration\n    discovery:\n      tlsBootstrapToken: aaaaaa.bbbbbbbbbbbbbbbb\n",
@@ -296,81 +289,3 @@ func isWordByte(b byte) bool {
 	return b == '_' || ('0' <= b && b <= '9') || ('a' <= b && b <= 'z') || ('A' <= b && b <= 'Z')
 }
 
-// seedCloudConfig and seedIgnition render worker join data as renderCloudConfig and
-// renderIgnition (samples_test.go) do; those take a *testing.T, which a fuzz target has only
-// once its seeds are added.
-func seedCloudConfig(f *testing.F, version string) []byte {
-	f.Helper()
-	v := semver.MustParse(version)
-	joinData, err := kubeadmtypes.MarshalJoinConfigurationForVersion(sampleJoinConfiguration(), v)
-	if err != nil {
-		f.Fatal(err)
-	}
-	out, err := cloudinit.NewNode(&cloudinit.NodeInput{
-		BaseUserData: cloudinit.BaseUserData{
-			AdditionalFiles: []bootstrapv1.File{
-				{Path: "/etc/capdmp/plain.conf", Content: "plain text\n", Owner: "root:root", Permissions: "0600"},
-				{Path: "/etc/capdmp/b64", Content: base64.StdEncoding.EncodeToString([]byte("decoded from base64")), Encoding: bootstrapv1.Base64},
-				{Path: "/etc/capdmp/gzb64", Content: base64.StdEncoding.EncodeToString(gzipBytes(f, "decoded from gzip+base64")), Encoding: bootstrapv1.GzipBase64, Permissions: "0755"},
-				{Path: "/etc/capdmp/owned", Content: "owned by nobody", Owner: "nobody:nogroup", Permissions: "0640"},
-				{Path: "/etc/capdmp/appended", Content: "appended line", Append: ptr(true)},
-			},
-			PreKubeadmCommands:  []string{"echo pre > /tmp/pre", `echo "quoted $HOSTNAME" > /tmp/quoted`},
-			PostKubeadmCommands: []string{"echo post > /tmp/post"},
-			NTP:                 &bootstrapv1.NTP{Servers: []string{"pool.ntp.org"}, Enabled: ptr(true)},
-			Users:               []bootstrapv1.User{{Name: "capi", Sudo: "ALL=(ALL) NOPASSWD:ALL"}},
-			KubeadmVerbosity:    "--v 4",
-			KubernetesVersion:   v,
-		},
-		JoinConfiguration: joinData,
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	return out
-}
-
-func seedIgnition(f *testing.F, version, additionalConfig string) []byte {
-	f.Helper()
-	v := semver.MustParse(version)
-	joinData, err := kubeadmtypes.MarshalJoinConfigurationForVersion(sampleJoinConfiguration(), v)
-	if err != nil {
-		f.Fatal(err)
-	}
-	spec := &bootstrapv1.IgnitionSpec{}
-	spec.ContainerLinuxConfig.AdditionalConfig = additionalConfig
-	out, _, err := ignition.NewNode(&ignition.NodeInput{
-		NodeInput: &cloudinit.NodeInput{
-			BaseUserData: cloudinit.BaseUserData{
-				AdditionalFiles: []bootstrapv1.File{
-					{Path: "/etc/capdmp/plain.conf", Content: "plain text\n", Owner: "root:root", Permissions: "0600"},
-					{Path: "/etc/capdmp/b64", Content: base64.StdEncoding.EncodeToString([]byte("decoded from base64")), Encoding: bootstrapv1.Base64, Permissions: "0644"},
-					{Path: "/etc/capdmp/owned", Content: "owned by nobody", Owner: "nobody:nogroup", Permissions: "0640"},
-				},
-				PreKubeadmCommands:  []string{"echo pre > /tmp/pre"},
-				PostKubeadmCommands: []string{"echo post > /tmp/post"},
-				KubeadmVerbosity:    "--v 4",
-				KubernetesVersion:   v,
-			},
-			JoinConfiguration: joinData,
-		},
-		Ignition: spec,
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	return out
-}
-
-func gzipBytes(f *testing.F, s string) []byte {
-	f.Helper()
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	if _, err := w.Write([]byte(s)); err != nil {
-		f.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		f.Fatal(err)
-	}
-	return buf.Bytes()
-}

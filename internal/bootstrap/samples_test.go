@@ -40,7 +40,7 @@ func sampleJoinConfiguration() *bootstrapv1.JoinConfiguration {
 // sampleBaseUserData is the user part of a worker KubeadmConfig with a bit of everything CABPK
 // renders: files in the encodings YAML can carry (raw gzip cannot be), owners, append, commands,
 // NTP and users.
-func sampleBaseUserData(t *testing.T, version semver.Version) cloudinit.BaseUserData {
+func sampleBaseUserData(t testing.TB, version semver.Version) cloudinit.BaseUserData {
 	t.Helper()
 	return cloudinit.BaseUserData{
 		AdditionalFiles: []bootstrapv1.File{
@@ -60,7 +60,7 @@ func sampleBaseUserData(t *testing.T, version semver.Version) cloudinit.BaseUser
 }
 
 // renderCloudConfig renders worker join data as CABPK does for a Machine of the given version.
-func renderCloudConfig(t *testing.T, version string, mutate func(*cloudinit.NodeInput, *bootstrapv1.JoinConfiguration)) []byte {
+func renderCloudConfig(t testing.TB, version string, mutate func(*cloudinit.NodeInput, *bootstrapv1.JoinConfiguration)) []byte {
 	t.Helper()
 	v := semver.MustParse(version)
 	jc := sampleJoinConfiguration()
@@ -82,7 +82,7 @@ func renderCloudConfig(t *testing.T, version string, mutate func(*cloudinit.Node
 
 // renderIgnition renders worker join data in Ignition as CABPK does. CABPK's Ignition takes
 // plain and base64 files only (the CLC transpiler decodes base64) and requires permissions.
-func renderIgnition(t *testing.T, version string, additionalConfig string) []byte {
+func renderIgnition(t testing.TB, version string, additionalConfig string) []byte {
 	t.Helper()
 	v := semver.MustParse(version)
 	joinData, err := kubeadmtypes.MarshalJoinConfigurationForVersion(sampleJoinConfiguration(), v)
@@ -114,7 +114,7 @@ func renderIgnition(t *testing.T, version string, additionalConfig string) []byt
 	return out
 }
 
-func gzipString(t *testing.T, s string) string {
+func gzipString(t testing.TB, s string) string {
 	t.Helper()
 	var buf bytes.Buffer
 	w := gzip.NewWriter(&buf)
