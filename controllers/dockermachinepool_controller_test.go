@@ -626,3 +626,34 @@ func joinedMachine(c container.Container) *infrav1.DockerMachinePoolMachine {
 		Status: infrav1.DockerMachinePoolMachineStatus{Initialization: infrav1.DockerMachinePoolMachineInitializationStatus{Provisioned: ptr.To(true)}},
 	}
 }
+
+// TestMachinesCarryThePoolsWatchLabel: a manager run with --watch-filter reconciles only objects
+// with the watch label, so the machines a pool makes carry its value, and none when it has none.
+func TestMachinesCarryThePoolsWatchLabel(t *testing.T) {
+	for _, watchLabel := range []string{"", "team-a"} {
+		t.Run("watch label "+watchLabel, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fakeruntime.New(image(g, "v1.31.0"))
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true}
+			objs := w.objects()
+			if watchLabel != "" {
+				pool := objs[len(objs)-1].(*infrav1.DockerMachinePool)
+				pool.Labels[clusterv1.WatchLabel] = watchLabel
+			}
+			r, _ := newTestReconciler(g, objs, rt)
+			r.WatchFilterValue = watchLabel
+			reconcilePool(g, r)
+
+			machines := &infrav1.DockerMachinePoolMachineList{}
+			g.Expect(r.Client.List(context.Background(), machines)).To(Succeed())
+			g.Expect(machines.Items).To(HaveLen(2))
+			for _, m := range machines.Items {
+				if watchLabel == "" {
+					g.Expect(m.Labels).NotTo(HaveKey(clusterv1.WatchLabel))
+					continue
+				}
+				g.Expect(m.Labels).To(HaveKeyWithValue(clusterv1.WatchLabel, watchLabel))
+			}
+		})
+	}
+}

@@ -51,16 +51,21 @@ func (r *DockerMachinePoolReconciler) reconcileMachinePoolMachines(ctx context.C
 }
 
 func newMachinePoolMachine(s *poolScope, name string, containerLabels map[string]string) *infrav1.DockerMachinePoolMachine {
+	labels := map[string]string{
+		clusterv1.ClusterNameLabel:     s.cluster.Name,
+		clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePool.Name),
+		infrav1.KubernetesVersionLabel: containerLabels[infrav1.KubernetesVersionLabel],
+		infrav1.BootstrapDataHashLabel: bootstrap.HashLabelValue(containerLabels[infrav1.BootstrapDataHashLabel]),
+	}
+	// A manager run with --watch-filter reconciles only objects with the pool's watch label.
+	if v, ok := s.pool.Labels[clusterv1.WatchLabel]; ok {
+		labels[clusterv1.WatchLabel] = v
+	}
 	return &infrav1.DockerMachinePoolMachine{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: s.pool.Namespace,
-			Labels: map[string]string{
-				clusterv1.ClusterNameLabel:     s.cluster.Name,
-				clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePool.Name),
-				infrav1.KubernetesVersionLabel: containerLabels[infrav1.KubernetesVersionLabel],
-				infrav1.BootstrapDataHashLabel: bootstrap.HashLabelValue(containerLabels[infrav1.BootstrapDataHashLabel]),
-			},
+			Labels:    labels,
 			// Not a controller reference: the Machine that Cluster API makes for it becomes its
 			// controller; the pool's reference keeps it from being orphaned until then.
 			OwnerReferences: []metav1.OwnerReference{{
