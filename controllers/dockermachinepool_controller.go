@@ -158,7 +158,9 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	log = log.WithValues("MachinePool", klog.KObj(machinePool), "Cluster", klog.KRef(pool.Namespace, machinePool.Spec.ClusterName))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machinePool.ObjectMeta)
+	// By spec.clusterName: Cluster API labels a new MachinePool with its Cluster's name only in
+	// its first reconcile, and a pool reconciled before that would fail for nothing.
+	cluster, err := util.GetClusterByName(ctx, r.Client, machinePool.Namespace, machinePool.Spec.ClusterName)
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of MachinePool %s", klog.KObj(machinePool))
 	}

@@ -657,3 +657,20 @@ func TestMachinesCarryThePoolsWatchLabel(t *testing.T) {
 		})
 	}
 }
+
+// TestMachinePoolNotYetLabelled: a pool whose MachinePool Cluster API has not labelled with its
+// Cluster yet is reconciled from the MachinePool's spec.clusterName, without an error.
+func TestMachinePoolNotYetLabelled(t *testing.T) {
+	g := NewWithT(t)
+	rt := fakeruntime.New(image(g, "v1.31.0"))
+	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
+	objs := w.objects()
+	for _, o := range objs {
+		if mp, ok := o.(*clusterv1.MachinePool); ok {
+			delete(mp.Labels, clusterv1.ClusterNameLabel)
+		}
+	}
+	r, _ := newTestReconciler(g, objs, rt)
+	reconcilePool(g, r)
+	g.Expect(rt.Containers()).To(HaveLen(1))
+}
