@@ -91,12 +91,7 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			g := NewWithT(t)
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 			objs := w.objects()
-			objs = append(objs, &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
-				Namespace: testNamespace, Name: name,
-				Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
-				OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
-				Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
-			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
+			objs = append(objs, poolMachine(name))
 			rt := fakeruntime.New()
 			if !tt.noContainer {
 				version := "v1.31.0"
@@ -164,6 +159,16 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			g.Expect(conditions.Get(m, infrav1.ReadyCondition)).ToNot(BeNil())
 		})
 	}
+}
+
+// poolMachine is a machine of the test pool as the pool makes it, reconciled once already.
+func poolMachine(name string) *infrav1.DockerMachinePoolMachine {
+	return &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
+		Namespace: testNamespace, Name: name,
+		Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
+		OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
+		Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
+	}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}}
 }
 
 // TestDockerMachinePoolMachineDelete: a machine being deleted removes its own container and

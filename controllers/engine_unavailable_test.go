@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,12 +75,7 @@ func TestEngineUnavailable(t *testing.T) {
 		g := NewWithT(t)
 		const name = "workers-abcde"
 		w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
-		objs := append(w.objects(), &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
-			Namespace: testNamespace, Name: name,
-			Labels:          map[string]string{clusterv1.ClusterNameLabel: testCluster},
-			OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
-			Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
-		}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
+		objs := append(w.objects(), poolMachine(name))
 		rt := fakeruntime.New()
 		rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
 		rt.SetError("Inspect", errEngineDown)
