@@ -1,11 +1,13 @@
 package managementplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // ManagerOptions configure the CAPDMP manager process.
@@ -25,6 +29,12 @@ type ManagerOptions struct {
 	Args []string
 	// Log receives its standard output and error.
 	Log io.Writer
+	// NoWebhooks runs it with --enable-webhooks=false, against an API server that installs no
+	// webhook configuration; it is ready when its readiness probe answers.
+	NoWebhooks bool
+	// Kubeconfig is where the manager's credentials are written; beside the API server's admin
+	// kubeconfig when empty.
+	Kubeconfig string
 }
 
 // Manager is the CAPDMP manager running as a process of its own against the management API
@@ -34,6 +44,8 @@ type Manager struct {
 	o           ManagerOptions
 	server      *APIServer
 	webhookAddr string
+	// healthAddr serves its readiness probe, with NoWebhooks.
+	healthAddr string
 	// kubeconfig holds the credentials of the manager's ServiceAccount, bound to the shipped RBAC.
 	kubeconfig string
 
@@ -43,17 +55,16 @@ type Manager struct {
 }
 
 // StartManager installs CAPDMP's webhook configurations against a free local port and starts the
-// manager serving them there; it returns once the webhook server answers.
+// manager serving them there; it returns once the webhook server answers. With NoWebhooks it
+// installs none and returns once the manager's readiness probe answers.
 func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager, error) {
-	if s.Kubeconfig == "" || s.WebhookCertDir == "" {
-		return nil, errors.New("the CAPDMP manager needs the API server's kubeconfig and webhook certificate")
+	if o.Kubeconfig == "" && s.Kubeconfig == "" {
+		return nil, errors.New("the CAPDMP manager needs a place for its kubeconfig: ManagerOptions.Kubeconfig or the API server's")
 	}
-	port, err := freePort(ctx, s.WebhookHost)
-	if err != nil {
-		return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
+	if !o.NoWebhooks && s.WebhookCertDir == "" {
+		return nil, errors.New("the CAPDMP manager's webhooks need the API server's webhook certificate")
 	}
-	m := &Manager{o: o, server: s, webhookAddr: net.JoinHostPort(s.WebhookHost, strconv.Itoa(port)),
-		kubeconfig: filepath.Join(filepath.Dir(s.Kubeconfig), "capdmp-manager.kubeconfig")}
+	m := &Manager{o: o, server: s, kubeconfig: cmp.Or(o.Kubeconfig, filepath.Join(filepath.Dir(s.Kubeconfig), "capdmp-manager.kubeconfig"))}
 	cfg, err := s.ManagerConfig(ctx)
 	if err != nil {
 		return nil, err
@@ -61,12 +72,25 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 	if err := WriteKubeconfig(cfg, m.kubeconfig); err != nil {
 		return nil, err
 	}
-	hooks, err := capdmpWebhooks()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.installWebhooks(ctx, hooks, m.webhookAddr); err != nil {
-		return nil, err
+	if o.NoWebhooks {
+		port, err := freePort(ctx, "127.0.0.1")
+		if err != nil {
+			return nil, fmt.Errorf("finding a port for the CAPDMP manager's readiness probe: %w", err)
+		}
+		m.healthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	} else {
+		port, err := freePort(ctx, s.WebhookHost)
+		if err != nil {
+			return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
+		}
+		m.webhookAddr = net.JoinHostPort(s.WebhookHost, strconv.Itoa(port))
+		hooks, err := capdmpWebhooks()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.installWebhooks(ctx, hooks, m.webhookAddr); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.Start(ctx); err != nil {
 		return nil, err
@@ -74,19 +98,22 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 	return m, nil
 }
 
-// Start starts the manager process unless it runs, and waits for its webhook server.
+// Start starts the manager process unless it runs, and waits for its webhook server (or, with
+// NoWebhooks, its readiness probe).
 func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cmd != nil {
 		return errors.New("the CAPDMP manager is already running")
 	}
-	_, port, _ := net.SplitHostPort(m.webhookAddr)
-	args := append([]string{
-		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0",
-		"--webhook-port=" + port, "--webhook-cert-dir=" + m.server.WebhookCertDir,
-		"--docker-network=" + m.o.DockerNetwork, "--v=2",
-	}, m.o.Args...)
+	args := []string{"--leader-elect=false", "--metrics-bind-address=0", "--docker-network=" + m.o.DockerNetwork, "--v=2"}
+	if m.o.NoWebhooks {
+		args = append(args, "--enable-webhooks=false", "--health-probe-bind-address="+m.healthAddr)
+	} else {
+		_, port, _ := net.SplitHostPort(m.webhookAddr)
+		args = append(args, "--health-probe-bind-address=127.0.0.1:0", "--webhook-port="+port, "--webhook-cert-dir="+m.server.WebhookCertDir)
+	}
+	args = append(args, m.o.Args...)
 	// Not bound to ctx: the manager lives until Stop, not until the call that started it.
 	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec,noctx // the manager binary the caller built
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig)
@@ -110,10 +137,32 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
+	if m.o.NoWebhooks {
+		if err := waitReady(ctx, "http://"+m.healthAddr+"/readyz", time.Minute); err != nil {
+			return fmt.Errorf("waiting for the CAPDMP manager to be ready (pid %d; its log says why): %w", cmd.Process.Pid, err)
+		}
+		return nil
+	}
 	if err := waitServing(ctx, m.webhookAddr, m.server.WebhookCA, time.Minute); err != nil {
 		return fmt.Errorf("waiting for the CAPDMP manager's webhooks (pid %d; its log says why): %w", cmd.Process.Pid, err)
 	}
 	return nil
+}
+
+// waitReady waits until url answers 200.
+func waitReady(ctx context.Context, url string, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil //nolint:nilerr // not listening yet
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }
 
 // Pid is the manager's process ID, 0 when it is not running.
@@ -128,6 +177,16 @@ func (m *Manager) Pid() int {
 
 // Stop stops the manager: SIGTERM, then SIGKILL after 10 s.
 func (m *Manager) Stop() {
+	m.end(syscall.SIGTERM, 10*time.Second)
+}
+
+// Kill kills the manager with SIGKILL, as an evicted Pod or a crash would end it.
+func (m *Manager) Kill() {
+	m.end(syscall.SIGKILL, 0)
+}
+
+// end sends sig and waits for the manager to exit, sending SIGKILL after grace.
+func (m *Manager) end(sig syscall.Signal, grace time.Duration) {
 	if m == nil {
 		return
 	}
@@ -136,14 +195,14 @@ func (m *Manager) Stop() {
 	if m.cmd == nil {
 		return
 	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	_ = m.cmd.Process.Signal(sig)
 	select {
 	case <-m.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(grace):
 		_ = m.cmd.Process.Kill()
 		<-m.exited
 	}
-	fmt.Fprintf(m.o.Log, "=== stopped pid %d at %s\n", m.cmd.Process.Pid, time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(m.o.Log, "=== %s pid %d at %s\n", sig, m.cmd.Process.Pid, time.Now().Format(time.RFC3339Nano))
 	m.cmd = nil
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
@@ -147,89 +146,33 @@ func TestFaultUpdateConflicts(t *testing.T) {
 	c.cleanup()
 }
 
-// managerProcess is the CAPDMP manager binary running against the suite's API servers, as a
-// management cluster's Pod would, so that a test can kill it.
-type managerProcess struct {
-	binary, kubeconfig, log string
-	healthPort              int
-
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-// startManagerProcess builds the manager and runs it with the ServiceAccount and RBAC CAPDMP
-// ships, with CAPDMP's reconcilers out of the in-process manager for the rest of the test; it is
-// killed at the end.
-func startManagerProcess(t *testing.T) *managerProcess {
+// startManagerProcess builds the manager and runs it as a process of its own, as a management
+// cluster's Pod would, with the ServiceAccount and RBAC CAPDMP ships (a missing permission fails)
+// and CAPDMP's reconcilers out of the in-process manager for the rest of the test; it is killed
+// at the end.
+func startManagerProcess(t *testing.T) *managementplane.Manager {
 	t.Helper()
 	g := NewWithT(t)
 	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "faults")
 	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
-	p := &managerProcess{binary: filepath.Join(dir, "manager"), kubeconfig: filepath.Join(dir, "kubeconfig"),
-		log: filepath.Join(dir, "manager.log")}
-	build := exec.Command("go", "build", "-o", p.binary, ".")
+	binary := filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Dir = testenv.RepoRoot()
 	out, err := build.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "building the manager: %s", out)
-	// The manager runs with the RBAC CAPDMP ships, not as an admin: a missing permission fails.
-	cfg, err := testEnv.Management.ManagerConfig(context.Background())
+	log, err := os.Create(filepath.Join(dir, "manager.log"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(managementplane.WriteKubeconfig(cfg, p.kubeconfig)).To(Succeed())
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	g.Expect(err).NotTo(HaveOccurred())
-	p.healthPort = l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	t.Cleanup(func() { _ = log.Close() })
 
 	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, capdmpOutOfProcess: true})
-	g.Expect(p.start()).To(Succeed())
-	t.Cleanup(p.kill)
-	return p
-}
-
-// start runs the manager and waits until it reports ready.
-func (p *managerProcess) start() error {
-	log, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	cmd := exec.Command(p.binary, "--leader-elect=false", "--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(p.healthPort), "--enable-webhooks=false",
-		"--docker-network=host", "--container-sync-period="+defaultManager.containerSyncPeriod.String(), "--v=2")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+p.kubeconfig)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the manager: %w", err)
-	}
-	p.cmd, p.exited = cmd, make(chan struct{})
-	go func(exited chan struct{}) { _ = cmd.Wait(); close(exited) }(p.exited)
-	ready := "http://127.0.0.1:" + strconv.Itoa(p.healthPort) + "/readyz"
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		select {
-		case <-p.exited:
-			return fmt.Errorf("the manager exited at start (log: %s)", p.log)
-		default:
-		}
-		resp, err := http.Get(ready) //nolint:gosec,noctx // loopback, the port this test chose
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("the manager was not ready within a minute (log: %s)", p.log)
-}
-
-// kill sends SIGKILL and waits for the process to go.
-func (p *managerProcess) kill() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-	p.cmd = nil
+	m, err := managementplane.StartManager(context.Background(), testEnv.Management.APIServer, managementplane.ManagerOptions{
+		Binary: binary, DockerNetwork: container.HostNetwork, Log: log, NoWebhooks: true,
+		Kubeconfig: filepath.Join(dir, "kubeconfig"),
+		Args:       []string{"--container-sync-period=" + defaultManager.containerSyncPeriod.String()},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(m.Kill)
+	return m
 }
 
 // faultMoment is one kill: when, the scenario's step and the last state it saw, and what the
@@ -254,9 +197,10 @@ func isState(line string) bool {
 
 // TestFaultManagerKilled kills the manager process (SIGKILL) at random moments, 20 in all, while
 // scenarios of the table run one after the other: scale-ups and bootstraps, upgrades of both at
-// once with the gate closed and then open, and the deletion of each cluster. The manager is started again after each kill, as a Pod would be. Every scenario
-// completes without a skew violation, each deleted cluster leaves no container and no Machine,
-// and every moment is reported. CAPDMP_FAULTS_SEED replays a run.
+// once with the gate closed and then open, and the deletion of each cluster. The manager is
+// started again after each kill, as a Pod would be. Every scenario completes without a skew
+// violation, each deleted cluster leaves no container and no Machine, and every moment is
+// reported. CAPDMP_FAULTS_SEED replays a run's timing.
 func TestFaultManagerKilled(t *testing.T) {
 	const kills = 20
 	g := NewWithT(t)
@@ -266,7 +210,7 @@ func TestFaultManagerKilled(t *testing.T) {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	t.Logf("seed %d (CAPDMP_FAULTS_SEED=%d replays the moments)", seed, seed)
+	t.Logf("seed %d (CAPDMP_FAULTS_SEED=%d replays the timing of the kills)", seed, seed)
 	random := rand.New(rand.NewPCG(seed, seed)) //nolint:gosec // moments of a test, not secrets
 	p := startManagerProcess(t)
 
@@ -309,14 +253,14 @@ func TestFaultManagerKilled(t *testing.T) {
 			m := faultMoment{at: time.Since(start), step: step, state: state}
 			c := current
 			mu.Unlock()
-			p.kill()
+			p.Kill()
 			if c != nil {
 				m.containers, m.machines, m.provisioned = c.inventory()
 			}
 			mu.Lock()
 			moments = append(moments, m)
 			mu.Unlock()
-			if err := p.start(); err != nil {
+			if err := p.Start(context.Background()); err != nil {
 				killerDone <- err
 				return
 			}
