@@ -56,6 +56,12 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// monitorInterval is how often each scenario's monitor samples. A stub node's version shows as
+// a Node that stays, so a violation lasts at least until the control plane's next step, seconds;
+// eleven monitors at once each list the workload's Nodes and the engine's containers, and more
+// often they would starve the joins they watch on a 2-core machine.
+const monitorInterval = 100 * time.Millisecond
+
 // runScenario makes a cluster of the scenario's shape, runs the scenario on it with the
 // contract-level control plane provider, and fails the test on an error or a skew violation. The
 // cluster is deleted at the end of the test, or earlier by its cleanup.
@@ -85,7 +91,7 @@ func runScenarioWith(t *testing.T, sc conformance.Scenario, budgets conformance.
 	}
 	start := time.Now()
 	report, err := sc.Run(ctx, pool, conformance.Options{
-		Versions: chain, Interval: 50 * time.Millisecond, Budgets: budgets, TokenTTL: tokenTTL,
+		Versions: chain, Interval: monitorInterval, Budgets: budgets, TokenTTL: tokenTTL,
 		Logf: func(format string, args ...any) {
 			line := fmt.Sprintf(format, args...)
 			t.Logf("%6.1fs %s", time.Since(start).Seconds(), line)
