@@ -77,6 +77,10 @@ for entry in "${targets[@]}"; do
   last="$(grep -E '^fuzz: elapsed: .*, execs: [0-9]+' "${output}" | tail -n 1 || true)"
   execs="$(sed -nE 's/.*, execs: ([0-9]+).*/\1/p' <<<"${last}")"
   interesting="$(sed -nE 's/.*, new interesting: ([0-9]+).*/\1/p' <<<"${last}")"
+  if [[ -z "${execs}" && "${result}" == ok* ]]; then
+    # Go reports nothing until it has run the seeds and the corpus it cached from earlier runs.
+    result="ok, but nothing fuzzed: FUZZTIME went on the seeds and the cached corpus; raise it"
+  fi
   line="$(printf '%-36s %-22s execs %10s  new interesting %4s  %s' "${target}" "${pkg}" "${execs:--}" "${interesting:--}" "${result}")"
   echo "${line}"
   lines+=("${line}")
