@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,11 +116,7 @@ func (c *conflictInjector) conflict(obj client.Object, op, sub string) error {
 func (c *conflictInjector) counts() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range c.injected {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.injected)
 }
 
 // TestFaultUpdateConflicts: every write of a pool and of its machines, status included, fails
@@ -323,7 +321,7 @@ func (c *testCluster) inventory() (containers, machines, provisioned int) {
 	if err := mgmt.List(ctx, list, client.InNamespace(c.namespace)); err == nil {
 		machines = len(list.Items)
 		for _, m := range list.Items {
-			if m.Status.Initialization.Provisioned != nil && *m.Status.Initialization.Provisioned {
+			if ptr.Deref(m.Status.Initialization.Provisioned, false) {
 				provisioned++
 			}
 		}
