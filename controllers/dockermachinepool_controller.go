@@ -178,6 +178,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	return r.runPhases(ctx, s, []poolPhase{
 		wrapPhase(r.reconcileTarget, "failed to compute the pool's target image"),
 		wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
+		wrapPhase(r.reconcileUnstartedContainers, "failed to remove containers never started"),
 		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
 		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
 		wrapPhase(r.reconcileScaleDown, "failed to scale down"),

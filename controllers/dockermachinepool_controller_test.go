@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -673,4 +674,68 @@ func TestMachinePoolNotYetLabelled(t *testing.T) {
 	r, _ := newTestReconciler(g, objs, rt)
 	reconcilePool(g, r)
 	g.Expect(rt.Containers()).To(HaveLen(1))
+}
+
+// TestUnstartedContainersAreReplaced: a container the engine made and never started (the manager
+// stopped between creating and starting it) is removed, through its machine when it has one, and
+// the pool creates another; one that ran and stopped is left to its restart policy and to health
+// checks.
+func TestUnstartedContainersAreReplaced(t *testing.T) {
+	tests := []struct {
+		name         string
+		neverStarted bool
+		withMachine  bool
+		// wantContainerRemoved: the pool removes the container itself (no machine); with a machine
+		// the machine is deleted and its controller removes the container.
+		wantContainerRemoved bool
+		wantMachineDeleted   bool
+		wantContainers       int
+	}{
+		{name: "never started, no machine yet", neverStarted: true, wantContainerRemoved: true, wantContainers: 2},
+		// Its replacement is made at once; its machine's controller removes it.
+		{name: "never started, with its machine", neverStarted: true, withMachine: true, wantMachineDeleted: true, wantContainers: 3},
+		{name: "ran and stopped", withMachine: true, wantContainers: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fakeruntime.New(image(g, "v1.31.0"))
+			ready := nodeContainer(g, "workers-ready", "v1.31.0", rt.Now().Add(-time.Hour))
+			rt.Add(ready)
+			stuck := nodeContainer(g, "workers-stuck", "v1.31.0", rt.Now().Add(-time.Minute))
+			stuck.Running, stuck.NeverStarted = false, tt.neverStarted
+			rt.Add(stuck)
+
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true}
+			objs := append(w.objects(), joinedMachine(ready))
+			if tt.withMachine {
+				m := poolMachine(stuck.Name)
+				m.Labels[clusterv1.MachinePoolNameLabel] = "mp"
+				objs = append(objs, m)
+			}
+			r, _ := newTestReconciler(g, objs, rt)
+			reconcilePool(g, r)
+
+			names := map[string]bool{}
+			for _, c := range rt.Containers() {
+				names[c.Name] = true
+			}
+			g.Expect(names).To(HaveLen(tt.wantContainers))
+			g.Expect(names).To(HaveKey(ready.Name))
+			g.Expect(names[stuck.Name]).To(Equal(!tt.wantContainerRemoved), "the container never started is removed: %v", names)
+
+			m := &infrav1.DockerMachinePoolMachine{}
+			err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: stuck.Name}, m)
+			switch {
+			case tt.wantMachineDeleted:
+				g.Expect(err).ToNot(HaveOccurred())
+				g.Expect(m.DeletionTimestamp.IsZero()).To(BeFalse(), "its machine is being deleted")
+			case tt.wantContainerRemoved:
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no machine is made for a container being removed: %v", err)
+			default:
+				g.Expect(err).ToNot(HaveOccurred())
+				g.Expect(m.DeletionTimestamp.IsZero()).To(BeTrue(), "a container that ran is not removed")
+			}
+		})
+	}
 }

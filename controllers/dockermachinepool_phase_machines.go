@@ -26,7 +26,7 @@ func (r *DockerMachinePoolReconciler) reconcileMachinePoolMachines(ctx context.C
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	for _, i := range s.instances {
-		if i.machine != nil {
+		if i.machine != nil || i.removalRequested {
 			continue
 		}
 		m := newMachinePoolMachine(s, i.container.Name, i.container.Labels)
@@ -44,6 +44,27 @@ func (r *DockerMachinePoolReconciler) reconcileMachinePoolMachines(ctx context.C
 		log.Info("Container is gone, removing its machine", "DockerMachinePoolMachine", klog.KObj(m))
 		r.eventf(s.pool, corev1.EventTypeWarning, "ContainerGone", "Container %s is gone; removing its machine so that it is replaced", m.Name)
 		if err := r.deleteMachine(ctx, s, m.Name, m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return ctrl.Result{}, kerrors.NewAggregate(errs)
+}
+
+// reconcileUnstartedContainers removes the pool's containers that the engine made and never
+// started: a creation cut short, by a manager stopped between creating a container and starting
+// it, or by a failed start whose clean-up failed too. Nothing starts such a container (a restart
+// policy applies only to one that ran), so it would count as a replica forever. Once it is gone,
+// scale-up replaces it under the gate's decision of that moment.
+func (r *DockerMachinePoolReconciler) reconcileUnstartedContainers(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var errs []error
+	for _, i := range s.active() {
+		if !i.container.NeverStarted {
+			continue
+		}
+		log.Info("Removing a container the engine never started", "container", i.name(), "version", i.version())
+		r.eventf(s.pool, corev1.EventTypeWarning, "ContainerNeverStarted", "Container %s was created and never started; removing it so that it is replaced", i.name())
+		if err := r.deleteMachine(ctx, s, i.name(), i.machine); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -93,6 +114,7 @@ func (r *DockerMachinePoolReconciler) deleteMachine(ctx context.Context, s *pool
 	for _, i := range s.instances {
 		if i.name() == name {
 			owner, machine = i.owner, i.machine
+			i.removalRequested = true
 		}
 	}
 	if owner == nil && machine != nil {

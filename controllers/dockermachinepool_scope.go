@@ -49,6 +49,9 @@ type instance struct {
 	machine *infrav1.DockerMachinePoolMachine
 	// owner is the Machine Cluster API made for it; nil until created.
 	owner *clusterv1.Machine
+	// removalRequested is true once this reconcile asked for its removal: the objects read
+	// before do not show it yet.
+	removalRequested bool
 }
 
 // creationPlan says how many containers scale-up creates and of which image.
@@ -119,9 +122,10 @@ func (i *instance) ready() bool {
 }
 
 // deleting is true when the container's removal has begun through its Machine or its
-// DockerMachinePoolMachine.
+// DockerMachinePoolMachine, or this reconcile asked for it.
 func (i *instance) deleting() bool {
-	return (i.owner != nil && !i.owner.DeletionTimestamp.IsZero()) ||
+	return i.removalRequested ||
+		(i.owner != nil && !i.owner.DeletionTimestamp.IsZero()) ||
 		(i.machine != nil && !i.machine.DeletionTimestamp.IsZero())
 }
 

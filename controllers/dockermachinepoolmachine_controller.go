@@ -241,7 +241,11 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	s.pool = pool
 	machine.Status.Addresses = addressesOf(c)
 	if !c.Running {
-		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotRunningReason, "The container does not run"))
+		msg := "The container does not run"
+		if c.NeverStarted {
+			msg = "The container was created and never started; the pool removes it and replaces it"
+		}
+		conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.ContainerNotRunningReason, msg))
 		return ctrl.Result{}, nil
 	}
 	if ptr.Deref(machine.Status.Initialization.Provisioned, false) {

@@ -65,12 +65,15 @@ type Runtime interface {
 
 // Container is what CAPDMP needs to know about a container.
 type Container struct {
-	ID        string
-	Name      string
-	Image     string
-	Labels    map[string]string
-	Running   bool
-	CreatedAt time.Time
+	ID      string
+	Name    string
+	Image   string
+	Labels  map[string]string
+	Running bool
+	// NeverStarted is true for a container the engine made and never started: its creation was
+	// cut short. A restart policy does not apply to it; nothing starts it by itself.
+	NeverStarted bool
+	CreatedAt    time.Time
 	// IPv4 and IPv6 are the container's addresses on its network; empty on the host network or
 	// when the container does not run.
 	IPv4 string

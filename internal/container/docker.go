@@ -506,11 +506,12 @@ func hasLabels(have, want map[string]string) bool {
 
 func containerFromSummary(s dockercontainer.Summary) Container {
 	c := Container{
-		ID:        s.ID,
-		Image:     s.Image,
-		Labels:    s.Labels,
-		Running:   s.State == dockercontainer.StateRunning,
-		CreatedAt: time.Unix(s.Created, 0),
+		ID:           s.ID,
+		Image:        s.Image,
+		Labels:       s.Labels,
+		Running:      s.State == dockercontainer.StateRunning,
+		NeverStarted: s.State == dockercontainer.StateCreated,
+		CreatedAt:    time.Unix(s.Created, 0),
 	}
 	if len(s.Names) > 0 {
 		c.Name = strings.TrimPrefix(s.Names[0], "/")
@@ -533,6 +534,7 @@ func containerFromInspect(r dockercontainer.InspectResponse) Container {
 	}
 	if r.State != nil {
 		c.Running = r.State.Running
+		c.NeverStarted = r.State.Status == dockercontainer.StateCreated
 	}
 	if created, err := time.Parse(time.RFC3339Nano, r.Created); err == nil {
 		c.CreatedAt = created

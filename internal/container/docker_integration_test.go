@@ -233,6 +233,28 @@ func TestDockerIntegration(t *testing.T) {
 		g.Expect(names(listed)).To(ContainElement(name("exited")), "List includes containers that do not run")
 	})
 
+	t.Run("A container never started is told from one that ran and exited", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := exec.Command("docker", "create", "--name", name("never-started"), "--label", "capdmp.test/run="+run, testImage, "true").CombinedOutput()
+		g.Expect(err).ToNot(HaveOccurred(), string(out))
+		inspected, err := d.Inspect(ctx, name("never-started"))
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(inspected.Running).To(BeFalse())
+		g.Expect(inspected.NeverStarted).To(BeTrue())
+
+		listed, err := d.List(ctx, runLabel)
+		g.Expect(err).ToNot(HaveOccurred())
+		neverStarted := map[string]bool{}
+		for _, c := range listed {
+			neverStarted[c.Name] = c.NeverStarted
+		}
+		g.Expect(neverStarted).To(HaveKeyWithValue(name("never-started"), true))
+		g.Expect(neverStarted).To(HaveKeyWithValue(name("exited"), false), "a container that ran and exited started once")
+		exited, err := d.Inspect(ctx, name("exited"))
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(exited.NeverStarted).To(BeFalse())
+	})
+
 	t.Run("SaveImages streams a docker save tarball", func(t *testing.T) {
 		g := NewWithT(t)
 		rc, err := d.SaveImages(ctx, []string{testImage})
@@ -293,7 +315,7 @@ func TestDockerIntegration(t *testing.T) {
 		volume := strings.TrimSpace(string(out))
 		g.Expect(volume).ToNot(BeEmpty())
 
-		for _, c := range []string{name("a"), name("b"), name("h"), name("exited")} {
+		for _, c := range []string{name("a"), name("b"), name("h"), name("exited"), name("never-started")} {
 			d.ResetCalls()
 			start := time.Now()
 			g.Expect(d.Delete(ctx, c)).To(Succeed())

@@ -121,6 +121,9 @@ func (r *Runtime) SetRunning(name string, running bool) error {
 		return fmt.Errorf("fake: %w: %q", container.ErrNotFound, name)
 	}
 	e.c.Running = running
+	if running {
+		e.c.NeverStarted = false
+	}
 	return nil
 }
 
