@@ -42,6 +42,7 @@ const DefaultContainerSyncPeriod = time.Minute
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines/status,verbs=patch
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=*,verbs=get;list;watch
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigs,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
@@ -101,6 +102,12 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 		Watches(
 			&clusterv1.MachinePool{},
 			handler.EnqueueRequestsFromMapFunc(util.MachinePoolToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("DockerMachinePool"))),
+		).
+		// A MachineHealthCheck hands unhealthy Machines to the pool through their conditions.
+		Watches(
+			&clusterv1.Machine{},
+			handler.EnqueueRequestsFromMapFunc(r.machineToPool),
+			builder.WithPredicates(remediationRequested{}),
 		).
 		Watches(
 			&clusterv1.Cluster{},
@@ -181,6 +188,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		wrapPhase(r.reconcileUnstartedContainers, "failed to remove containers never started"),
 		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
 		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
+		wrapPhase(r.reconcileRemediation, "failed to remediate unhealthy Machines"),
 		wrapPhase(r.reconcileScaleDown, "failed to scale down"),
 		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
 		wrapPhase(r.reconcileScaleUp, "failed to scale up"),

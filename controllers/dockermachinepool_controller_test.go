@@ -182,7 +182,7 @@ func (f fakeClusterCache) GetClient(context.Context, client.ObjectKey) (client.C
 // cluster it reaches, which holds the bootstrap token of the test data.
 func newTestReconciler(g Gomega, objs []client.Object, rt container.Runtime) (*DockerMachinePoolReconciler, client.Client) {
 	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
-		WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}).Build()
+		WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}, &clusterv1.Machine{}).Build()
 	workload := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"},
 	}).Build()

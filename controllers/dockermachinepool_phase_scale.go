@@ -92,19 +92,29 @@ func (s *poolScope) planCreation() creationPlan {
 		return creationPlan{}
 	}
 	plan := creationPlan{count: missing}
+	var blocked string
+	plan.image, plan.version, blocked = s.creatableImage()
+	if blocked != "" {
+		plan.blockedReason = infrav1.WaitingForVersionGateReason
+		plan.blockedMessage = "Not creating " + pluralContainers(missing) + ": " + blocked
+	}
+	return plan
+}
+
+// creatableImage is the image and version a container created now would have: the target when
+// the gate admits it, else the last admitted one while the gate still admits it; otherwise why
+// none can be created.
+func (s *poolScope) creatableImage() (image, version, blocked string) {
 	gate := s.pool.Status.VersionGate
 	switch {
 	case s.decision == nil:
-		plan.blockedReason, plan.blockedMessage = infrav1.WaitingForVersionGateReason, "The version-skew gate has not decided yet"
+		return "", "", "the version-skew gate has not decided yet"
 	case s.decision.Verdict == skew.Proceed:
-		plan.image, plan.version = s.targetImage, s.targetVersion
+		return s.targetImage, s.targetVersion, ""
 	case gate.AdmittedImage != "" && s.decision.Admits(gate.AdmittedVersion):
-		plan.image, plan.version = gate.AdmittedImage, gate.AdmittedVersion
-	default:
-		plan.blockedReason = infrav1.WaitingForVersionGateReason
-		plan.blockedMessage = "Not creating " + pluralContainers(missing) + ": " + s.decision.Message
+		return gate.AdmittedImage, gate.AdmittedVersion, ""
 	}
-	return plan
+	return "", "", s.decision.Message
 }
 
 // reconcileScaleUp creates the containers planned by reconcileBootstrapData, never pulling an

@@ -3,9 +3,12 @@ package controllers
 import (
 	"context"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/collections"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -74,3 +77,47 @@ func (controlPlaneVersionsChanged) Update(e event.UpdateEvent) bool {
 func (controlPlaneVersionsChanged) Delete(event.DeleteEvent) bool { return true }
 
 func (controlPlaneVersionsChanged) Generic(event.GenericEvent) bool { return false }
+
+// machineToPool maps a Machine of this provider's MachinePool Machines to its DockerMachinePool,
+// through the DockerMachinePoolMachine it references and that machine's owner reference.
+func (r *DockerMachinePoolReconciler) machineToPool(ctx context.Context, o client.Object) []reconcile.Request {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok || m.Spec.InfrastructureRef.Kind != "DockerMachinePoolMachine" || m.Spec.InfrastructureRef.APIGroup != infrav1.GroupVersion.Group {
+		return nil
+	}
+	infraMachine := &infrav1.DockerMachinePoolMachine{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, infraMachine); err != nil {
+		if !apierrors.IsNotFound(err) {
+			ctrl.LoggerFrom(ctx).Error(err, "Failed to get the DockerMachinePoolMachine of a Machine", "Machine", klog.KObj(m))
+		}
+		return nil
+	}
+	for _, ref := range infraMachine.OwnerReferences {
+		if ref.Kind == "DockerMachinePool" && ref.APIVersion == infrav1.GroupVersion.String() {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}}}
+		}
+	}
+	return nil
+}
+
+// remediationRequested passes Machine updates that hand a Machine to its owner for remediation
+// or take it back: the pool does not follow other changes of its Machines.
+type remediationRequested struct {
+	predicate.Funcs
+}
+
+func (remediationRequested) Create(event.CreateEvent) bool { return false }
+
+func (remediationRequested) Update(e event.UpdateEvent) bool {
+	oldMachine, okOld := e.ObjectOld.(*clusterv1.Machine)
+	newMachine, okNew := e.ObjectNew.(*clusterv1.Machine)
+	if !okOld || !okNew {
+		return false
+	}
+	return collections.IsUnhealthyAndOwnerRemediated(oldMachine) != collections.IsUnhealthyAndOwnerRemediated(newMachine) ||
+		conditions.IsTrue(oldMachine, clusterv1.MachineHealthCheckSucceededCondition) != conditions.IsTrue(newMachine, clusterv1.MachineHealthCheckSucceededCondition)
+}
+
+func (remediationRequested) Delete(event.DeleteEvent) bool { return false }
+
+func (remediationRequested) Generic(event.GenericEvent) bool { return false }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -118,6 +119,59 @@ func TestPoolsOfClusterListError(t *testing.T) {
 			g.Expect(line).To(ContainSubstring(`"msg"="Failed to list DockerMachinePools`))
 			g.Expect(line).To(ContainSubstring(`"error"="cache not synced"`))
 			g.Expect(line).To(ContainSubstring(`"Cluster"={"name"="` + testCluster + `" "namespace"="` + testNamespace + `"}`))
+		})
+	}
+}
+
+// TestMachineToPool: a Machine of the pool's MachinePool Machines maps to its pool through its
+// DockerMachinePoolMachine; other Machines map to nothing.
+func TestMachineToPool(t *testing.T) {
+	infraMachine := poolMachine("workers-abc")
+	tests := []struct {
+		name    string
+		machine *clusterv1.Machine
+		want    []reconcile.Request
+	}{
+		{name: "a pool Machine", machine: ownerMachine(infraMachine.Name),
+			want: []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}}}},
+		{name: "its DockerMachinePoolMachine is gone", machine: ownerMachine("workers-gone")},
+		{name: "another provider's Machine", machine: func() *clusterv1.Machine {
+			m := ownerMachine(infraMachine.Name)
+			m.Spec.InfrastructureRef.APIGroup = "infrastructure.cluster.x-k8s.io"
+			return m
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r := &DockerMachinePoolReconciler{Client: fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(infraMachine.DeepCopy()).Build()}
+			g.Expect(r.machineToPool(context.Background(), tt.machine)).To(Equal(tt.want))
+		})
+	}
+}
+
+// TestRemediationRequested: the pool follows a Machine's health-check conditions only.
+func TestRemediationRequested(t *testing.T) {
+	unhealthy := []metav1.Condition{
+		machineCondition(clusterv1.MachineHealthCheckSucceededCondition, metav1.ConditionFalse, clusterv1.MachineHealthCheckNodeStartupTimeoutReason),
+		machineCondition(clusterv1.MachineOwnerRemediatedCondition, metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason),
+	}
+	healthy := []metav1.Condition{machineCondition(clusterv1.MachineHealthCheckSucceededCondition, metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason)}
+	tests := []struct {
+		name     string
+		old, new []metav1.Condition
+		want     bool
+	}{
+		{name: "handed to its owner", old: healthy, new: unhealthy, want: true},
+		{name: "healthy again", old: unhealthy, new: healthy, want: true},
+		{name: "first health check", new: healthy, want: true},
+		{name: "no change of health", old: healthy, new: append([]metav1.Condition{machineCondition(clusterv1.ReadyCondition, metav1.ConditionTrue, "Ready")}, healthy...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := event.UpdateEvent{ObjectOld: ownerMachine("m", tt.old...), ObjectNew: ownerMachine("m", tt.new...)}
+			g.Expect(remediationRequested{}.Update(e)).To(Equal(tt.want))
 		})
 	}
 }

@@ -106,3 +106,15 @@ const (
 	// label; the gate counts the kubelet's.
 	KubeletVersionMismatchReason = "KubeletVersionMismatch"
 )
+
+// Reasons the pool sets on the OwnerRemediated condition of its Machines, which a
+// MachineHealthCheck sets to False to hand an unhealthy Machine to its owner. The values are those
+// a MachineSet uses, so that tools reading Machines see one vocabulary.
+const (
+	// MachineRemediationMachineDeletingReason: the pool deletes the Machine; its replacement is
+	// created under the version-skew gate.
+	MachineRemediationMachineDeletingReason = clusterv1.MachineSetMachineRemediationMachineDeletingReason
+	// MachineRemediationDeferredReason: the pool keeps the Machine for now, because it could not
+	// create a replacement (the gate admits no version the pool has an image for).
+	MachineRemediationDeferredReason = clusterv1.MachineSetMachineRemediationDeferredReason
+)

@@ -1,0 +1,136 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+	"github.com/capdmp/capdmp/pkg/skew"
+)
+
+// ownerMachine is the Machine Cluster API makes for a DockerMachinePoolMachine of the pool, with
+// the given conditions; a finalizer keeps it readable once deleted.
+func ownerMachine(name string, conds ...metav1.Condition) *clusterv1.Machine {
+	return &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name, Finalizers: []string{clusterv1.MachineFinalizer},
+			Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster, clusterv1.MachinePoolNameLabel: "mp"}},
+		Spec: clusterv1.MachineSpec{ClusterName: testCluster, InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "DockerMachinePoolMachine", Name: name,
+		}},
+		Status: clusterv1.MachineStatus{Conditions: conds},
+	}
+}
+
+func machineCondition(conditionType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	return metav1.Condition{Type: conditionType, Status: status, Reason: reason, LastTransitionTime: metav1.Now()}
+}
+
+// TestDockerMachinePoolRemediation: a Machine a MachineHealthCheck hands to the pool is deleted
+// and replaced under the gate, as a MachineSet does; one found healthy again loses the condition;
+// while the gate admits no version, remediation waits instead of only removing capacity.
+func TestDockerMachinePoolRemediation(t *testing.T) {
+	unhealthy := []metav1.Condition{
+		machineCondition(clusterv1.MachineHealthCheckSucceededCondition, metav1.ConditionFalse, clusterv1.MachineHealthCheckNodeStartupTimeoutReason),
+		machineCondition(clusterv1.MachineOwnerRemediatedCondition, metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason),
+	}
+	healthyAgain := []metav1.Condition{
+		machineCondition(clusterv1.MachineHealthCheckSucceededCondition, metav1.ConditionTrue, clusterv1.MachineHealthCheckSucceededReason),
+		machineCondition(clusterv1.MachineOwnerRemediatedCondition, metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason),
+	}
+	admittedV131 := infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.31.0", AdmittedImage: "kindest/node:v1.31.0",
+		WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: time.Now().Add(-time.Hour)}}
+
+	tests := []struct {
+		name  string
+		world world
+		conds []metav1.Condition
+		// wantReason is the Machine's OwnerRemediated reason after the reconcile; "" for none.
+		wantReason      string
+		wantDeleted     bool
+		wantNewVersions []string // versions of the containers created by the reconcile
+	}{
+		{
+			name:            "unhealthy: deleted and replaced at the target",
+			world:           world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true},
+			conds:           unhealthy,
+			wantReason:      infrav1.MachineRemediationMachineDeletingReason,
+			wantDeleted:     true,
+			wantNewVersions: []string{"v1.31.0"},
+		},
+		{
+			name: "unhealthy while the gate waits: replaced at the last admitted version",
+			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: 2, dataSecret: true,
+				gate: admittedV131},
+			conds:           unhealthy,
+			wantReason:      infrav1.MachineRemediationMachineDeletingReason,
+			wantDeleted:     true,
+			wantNewVersions: []string{"v1.31.0"},
+		},
+		{
+			name:       "unhealthy and the gate admits no version: deferred, kept",
+			world:      world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: 2, dataSecret: true},
+			conds:      unhealthy,
+			wantReason: infrav1.MachineRemediationDeferredReason,
+		},
+		{
+			name:  "healthy again: the condition is removed, the Machine kept",
+			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true},
+			conds: healthyAgain,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			rt := fakeruntime.New(image(g, "v1.31.0"), image(g, "v1.32.0"))
+			healthy := nodeContainer(g, "workers-healthy", "v1.31.0", rt.Now().Add(-time.Hour))
+			sick := nodeContainer(g, "workers-sick", "v1.31.0", rt.Now().Add(-time.Hour))
+			rt.Add(healthy)
+			rt.Add(sick)
+			objs := append(tt.world.objects(), joinedMachine(healthy), joinedMachine(sick), ownerMachine(healthy.Name), ownerMachine(sick.Name, tt.conds...))
+			r, _ := newTestReconciler(g, objs, rt)
+			reconcilePool(g, r)
+
+			machine := &clusterv1.Machine{}
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: sick.Name}, machine)).To(Succeed())
+			g.Expect(machine.DeletionTimestamp.IsZero()).To(Equal(!tt.wantDeleted))
+			remediated := conditions.Get(machine, clusterv1.MachineOwnerRemediatedCondition)
+			if tt.wantReason == "" {
+				g.Expect(remediated).To(BeNil())
+			} else {
+				g.Expect(remediated).ToNot(BeNil())
+				g.Expect(remediated.Reason).To(Equal(tt.wantReason), remediated.Message)
+			}
+
+			other := &clusterv1.Machine{}
+			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: healthy.Name}, other)).To(Succeed())
+			g.Expect(other.DeletionTimestamp.IsZero()).To(BeTrue(), "a healthy Machine is never remediated")
+
+			var created []string
+			for _, c := range rt.Containers() {
+				if c.Name != healthy.Name && c.Name != sick.Name {
+					created = append(created, c.Labels[infrav1.KubernetesVersionLabel])
+				}
+			}
+			g.Expect(created).To(ConsistOf(labelValues(g, tt.wantNewVersions)))
+		})
+	}
+}
+
+func labelValues(g Gomega, versions []string) []string {
+	out := []string{}
+	for _, v := range versions {
+		l, err := skew.VersionLabelValue(v)
+		g.Expect(err).ToNot(HaveOccurred())
+		out = append(out, l)
+	}
+	return out
+}
