@@ -147,9 +147,6 @@ func setupClusterAPI(ctx context.Context, mgr ctrl.Manager, o ClusterAPIOptions)
 		{"MachineDeployment", func() error {
 			return (&machinedeployment.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(ctx, mgr, opts)
 		}},
-		{"MachineHealthCheck", func() error {
-			return (&machinehealthcheck.Reconciler{Client: mgr.GetClient(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		}},
 		{"KubeadmControlPlane", func() error {
 			o := opts
 			o.ReconciliationTimeout = 3 * time.Minute // KCP talks to every etcd member
@@ -182,7 +179,8 @@ func setupClusterAPI(ctx context.Context, mgr ctrl.Manager, o ClusterAPIOptions)
 }
 
 // SetupCoreReconcilers adds what every MachinePool test needs of Cluster API's management side:
-// the Cluster, Machine, MachinePool and KubeadmConfig reconcilers (CABPK with tokenTTL). The
+// the Cluster, Machine, MachinePool, MachineHealthCheck and KubeadmConfig reconcilers (CABPK with
+// tokenTTL). The
 // fast test tier (test/local) runs these alone; the management plane adds the rest.
 // secretCachingClient reads Secrets from the manager's cache, as Cluster API's managers do
 // (CreateSecretCachingClient of sigs.k8s.io/cluster-api/controlplane/kubeadm/setup).
@@ -196,6 +194,9 @@ func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache
 		},
 		func() error {
 			return (&machinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
+		},
+		func() error {
+			return (&machinehealthcheck.Reconciler{Client: mgr.GetClient(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 		},
 		func() error {
 			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: secretCachingClient, APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)

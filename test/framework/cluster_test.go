@@ -66,7 +66,7 @@ func TestRenderCluster(t *testing.T) {
 			g.Expect(kcp.Spec.Remediation.MaxRetry).To(HaveValue(BeEquivalentTo(3)))
 
 			mhc := &clusterv1.MachineHealthCheck{}
-			g.Expect(fromObjects(objs, "MachineHealthCheck", mhc)).To(Succeed())
+			g.Expect(fromObjects(withName(objs, tt.spec.Name+"-control-plane"), "MachineHealthCheck", mhc)).To(Succeed())
 			g.Expect(mhc.Spec.Checks.NodeStartupTimeoutSeconds).To(HaveValue(Equal(tt.wantNodeStartupTimeout)))
 			var wantSkipPhases []string
 			if tt.wantSkippedAddons {
@@ -91,6 +91,17 @@ func TestRenderCluster(t *testing.T) {
 }
 
 // fromObjects converts the one object of kind in objs into into.
+// withName returns the objects of that name.
+func withName(objs []unstructured.Unstructured, name string) []unstructured.Unstructured {
+	var out []unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetName() == name {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 func fromObjects(objs []unstructured.Unstructured, kind string, into runtime.Object) error {
 	var found []unstructured.Unstructured
 	for _, o := range objs {

@@ -199,15 +199,20 @@ func TestTemplateMachinePool(t *testing.T) {
 	expectRef("Cluster", clusters[0].Spec.ControlPlaneRef)
 	g.Expect(clusters[0].Spec.InfrastructureRef.APIGroup).To(Equal(capdv1.GroupVersion.Group), "the control plane runs on CAPD")
 
-	// The control plane's Machines are health-checked, so that KCP replaces one whose join failed.
-	g.Expect(healthChecks).To(HaveLen(1))
-	g.Expect(healthChecks[0].Spec.ClusterName).To(Equal(clusters[0].Name))
-	g.Expect(healthChecks[0].Spec.Selector.MatchLabels).To(HaveKey(clusterv1.MachineControlPlaneLabel))
-	g.Expect(healthChecks[0].Spec.Checks.NodeStartupTimeoutSeconds).To(HaveValue(BeEquivalentTo(600)))
-	g.Expect(healthChecks[0].Spec.Checks.UnhealthyNodeConditions).NotTo(BeEmpty())
-
 	g.Expect(pools).To(HaveLen(1))
 	pool := pools[0]
+
+	// The control plane's Machines are health-checked, so that KCP replaces one whose join
+	// failed, and so are the pool's, so that the pool replaces them.
+	g.Expect(healthChecks).To(HaveLen(2))
+	for _, mhc := range healthChecks {
+		g.Expect(mhc.Spec.ClusterName).To(Equal(clusters[0].Name))
+		g.Expect(mhc.Spec.Checks.NodeStartupTimeoutSeconds).To(HaveValue(BeEquivalentTo(600)))
+		g.Expect(mhc.Spec.Checks.UnhealthyNodeConditions).NotTo(BeEmpty())
+	}
+	g.Expect(healthChecks[0].Spec.Selector.MatchLabels).To(HaveKey(clusterv1.MachineControlPlaneLabel))
+	g.Expect(healthChecks[1].Spec.Selector.MatchLabels).To(Equal(map[string]string{clusterv1.MachinePoolNameLabel: pool.Name}),
+		"the pool's Machines carry its name; a longer name than a label value holds would need its hash")
 	g.Expect(pool.Spec.ClusterName).To(Equal(clusters[0].Name))
 	g.Expect(*pool.Spec.Replicas).To(BeEquivalentTo(2))
 	g.Expect(pool.Spec.Template.Spec.Version).To(Equal(clusterctlVariables["KUBERNETES_VERSION"]))

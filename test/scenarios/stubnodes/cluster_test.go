@@ -19,6 +19,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/test/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -60,11 +61,24 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	c := &testCluster{t: t, namespace: namespace, name: namespace}
 	g.Expect(mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})).To(Succeed())
 
+	// An infrastructure cluster provisioned from the start: a Cluster without one never reports
+	// InfrastructureReady=True, and a MachineHealthCheck judges no Machine of such a Cluster.
+	infraCluster := &unstructured.Unstructured{}
+	infraCluster.SetGroupVersionKind(builder.InfrastructureGroupVersion.WithKind(builder.GenericInfrastructureClusterKind))
+	infraCluster.SetNamespace(c.namespace)
+	infraCluster.SetName(c.name)
+	g.Expect(mgmt.Create(ctx, infraCluster)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(infraCluster.Object, true, "status", "initialization", "provisioned")).To(Succeed())
+	g.Expect(mgmt.Status().Update(ctx, infraCluster)).To(Succeed())
+
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name},
 		Spec: clusterv1.ClusterSpec{
 			ClusterNetwork:       clusterv1.ClusterNetwork{Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"10.244.0.0/16"}}},
 			ControlPlaneEndpoint: testEnv.Workload.Endpoint,
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: builder.InfrastructureGroupVersion.Group, Kind: builder.GenericInfrastructureClusterKind, Name: c.name,
+			},
 			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: c.name + "-cp",
 			},

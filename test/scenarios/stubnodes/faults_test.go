@@ -402,4 +402,22 @@ func TestFaultHungBootstrap(t *testing.T) {
 	}, timeout+time.Minute, 250*time.Millisecond).Should(Succeed())
 	t.Logf("both hung bootstraps stopped and reported %s after the pools were made", time.Since(start).Round(time.Millisecond))
 	g.Expect(hung.pool().Status.ReadyReplicas).To(HaveValue(BeEquivalentTo(0)))
+
+	// A MachineHealthCheck, as the machinepool template ships one (with the shortest startup
+	// timeout it accepts), hands both Machines to the pool, which replaces them. The replacements
+	// run the same data and hang in turn: only their creation is asserted.
+	failed := map[string]bool{}
+	for _, ct := range hung.containers() {
+		failed[ct.Name] = true
+	}
+	hung.createHealthCheck(clusterv1.MachineHealthCheckChecks{NodeStartupTimeoutSeconds: ptr.To[int32](30)})
+	g.Eventually(func(g Gomega) {
+		cs := hung.containers()
+		g.Expect(cs).To(HaveLen(2))
+		for _, ct := range cs {
+			g.Expect(failed).NotTo(HaveKey(ct.Name), "a failed container still runs")
+		}
+	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
+	t.Logf("both replaced %s after the pools were made; remediations: %d", time.Since(start).Round(time.Millisecond), hung.remediationEvents())
+	g.Expect(hung.remediationEvents()).To(BeNumerically(">=", 2))
 }

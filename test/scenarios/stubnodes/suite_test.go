@@ -11,14 +11,17 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/util/index"
+	"sigs.k8s.io/cluster-api/util/test/builder"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/capdmp/capdmp/controllers"
@@ -92,6 +95,13 @@ func runSuite(m *testing.M) int {
 	}
 	defer func() { _ = testEnv.Stop() }()
 	mgmt = testEnv.Management.Client
+	// The stub tier's Clusters refer to a generic infrastructure cluster (newTestCluster).
+	if _, err := envtest.InstallCRDs(testEnv.Management.Config, envtest.CRDInstallOptions{
+		CRDs: []*apiextensionsv1.CustomResourceDefinition{builder.GenericInfrastructureClusterCRD.DeepCopy()},
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "installing the generic infrastructure cluster CRD:", err)
+		return 1
+	}
 	fmt.Fprintf(os.Stderr, "management and workload API servers up in %s\n", time.Since(start).Round(time.Millisecond))
 
 	if err := startManager(defaultManager); err != nil {
