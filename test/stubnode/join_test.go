@@ -185,3 +185,36 @@ func randomHex(t testing.TB) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// TestStopSignalExitCode: stopped with the image's stop signal, the stub's init exits 130 as a
+// kindest/node's systemd does, so that restart policy on-failure brings it back after an engine
+// restart; SIGTERM ends it with 0.
+func TestStopSignalExitCode(t *testing.T) {
+	host := dockerengine.Require(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	g.Expect(stubnode.EnsureImages(ctx, logWriter{t}, "v1.31.9")).To(Succeed())
+
+	for signal, wantCode := range map[string]string{"": "130", "SIGTERM": "0"} {
+		suffix := make([]byte, 4)
+		_, _ = rand.Read(suffix)
+		name := "capdmp-stub-stop-" + hex.EncodeToString(suffix)
+		_, err := dockerengine.Docker(ctx, host, nil, "run", "--detach", "--pull=never", "--name", name, stubnode.Image("v1.31.9"))
+		g.Expect(err).ToNot(HaveOccurred())
+		t.Cleanup(func() { _, _ = dockerengine.Docker(context.Background(), host, nil, "rm", "-f", name) })
+		// PID 1 ignores a signal it has no handler for yet.
+		g.Eventually(func() (string, error) { return dockerengine.Docker(ctx, host, nil, "logs", name) }, 10*time.Second, 50*time.Millisecond).
+			Should(ContainSubstring("is up as pid 1"))
+		// docker stop sends the image's stop signal; kill another one (the engine here may be
+		// older than `docker stop --signal`).
+		stop := []string{"stop", name}
+		if signal != "" {
+			stop = []string{"kill", "--signal", signal, name}
+		}
+		_, err = dockerengine.Docker(ctx, host, nil, stop...)
+		g.Expect(err).ToNot(HaveOccurred())
+		code, err := dockerengine.Docker(ctx, host, nil, "wait", name)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(strings.TrimSpace(code)).To(Equal(wantCode), "stopped with %q", signal)
+	}
+}

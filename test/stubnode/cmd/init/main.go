@@ -1,6 +1,8 @@
 // Command init is PID 1 of CAPDMP's test node image: it keeps the container running, reaps the
 // processes `docker exec` leaves behind, and exits on SIGTERM, SIGINT or SIGRTMIN+3 (the stop
-// signal of kind nodes, whose PID 1 is systemd).
+// signal of kind nodes, whose PID 1 is systemd). On SIGRTMIN+3 it exits 130 as kindest/node's
+// systemd does when it halts, so that a restart policy `on-failure` brings the node back after
+// the engine restarts, as it brings a kind node back.
 package main
 
 import (
@@ -13,6 +15,9 @@ import (
 
 // sigRTMin3 is SIGRTMIN+3 on Linux (SIGRTMIN is 34 for the kernel; Go does not reserve it).
 const sigRTMin3 = syscall.Signal(37)
+
+// haltExitCode is the exit code of a kindest/node container stopped with its stop signal.
+const haltExitCode = 130
 
 func main() {
 	version := "unknown"
@@ -28,13 +33,13 @@ func main() {
 			reap()
 			continue
 		}
-		name := sig.String()
+		name, code := sig.String(), 0
 		if sig == sigRTMin3 {
-			name = "SIGRTMIN+3"
+			name, code = "SIGRTMIN+3", haltExitCode
 		}
 		fmt.Printf("Received %s, shutting down\n", name)
 		reap()
-		os.Exit(0)
+		os.Exit(code)
 	}
 }
 
