@@ -23,6 +23,9 @@
 #   CAPDMP_DOCKER_DIR        state dir (socket, pidfile, exec-root, log); /run/capdmp-docker
 #   CAPDMP_DOCKER_DATA_ROOT  dockerd --data-root; dockerd's default (/var/lib/docker) if unset
 #   CAPDMP_DOCKER_IPTABLES   true (default) or false: dockerd --iptables
+#   CAPDMP_DOCKER_BRIDGE     dockerd --bridge: an existing bridge interface for the default
+#                            network of a second engine beside the first (docker0 is the first's).
+#                            Never "none": dockerd then deletes docker0, the first engine's.
 #   CAPDMP_DOCKER_OWN=true   ignore engines that already answer and start our own
 set -euo pipefail
 
@@ -97,6 +100,8 @@ add_isolation_rules() {
   done
 }
 remove_isolation_rules() {
+  # An engine started without iptables added none; the rules there are another engine's.
+  [[ "${IPTABLES}" == "true" ]] || return 0
   command -v iptables >/dev/null 2>&1 || return 0
   local r
   for r in "${isolation_rules[@]}"; do
@@ -141,6 +146,10 @@ cmd_start() {
     --default-runtime capdmp-runc
   )
   [[ -n "${CAPDMP_DOCKER_DATA_ROOT:-}" ]] && args+=(--data-root "${CAPDMP_DOCKER_DATA_ROOT}")
+  if [[ -n "${CAPDMP_DOCKER_BRIDGE:-}" ]]; then
+    [[ "${CAPDMP_DOCKER_BRIDGE}" != "none" ]] || die "CAPDMP_DOCKER_BRIDGE=none would make dockerd delete docker0; name a bridge of the engine's own"
+    args+=(--bridge "${CAPDMP_DOCKER_BRIDGE}")
+  fi
 
   log "Starting dockerd at ${OUR_HOST} (log: ${LOG})"
   local start=${SECONDS}

@@ -1,6 +1,7 @@
 package stubnodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -33,6 +34,8 @@ type testCluster struct {
 	t         *testing.T
 	namespace string
 	name      string
+	// engine runs its pool's containers: the suite's unless the cluster was made with another.
+	engine *container.Docker
 }
 
 type clusterOptions struct {
@@ -46,6 +49,8 @@ type clusterOptions struct {
 	preKubeadmCommands []string
 	// bootstrapTimeout is the pool's; the API's default when zero.
 	bootstrapTimeout time.Duration
+	// engine runs the pool's containers (the manager must use it too); the suite's when nil.
+	engine *container.Docker
 }
 
 // newTestCluster creates a namespace, a Cluster whose control plane (a KubeadmControlPlane whose
@@ -58,7 +63,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	// The workload API server is shared by the scenarios: a name of its own per cluster keeps the
 	// Nodes of one from being read as another's.
 	namespace := names.SimpleNameGenerator.GenerateName("local-")
-	c := &testCluster{t: t, namespace: namespace, name: namespace}
+	c := &testCluster{t: t, namespace: namespace, name: namespace, engine: cmp.Or(o.engine, engine)}
 	g.Expect(mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})).To(Succeed())
 
 	// An infrastructure cluster provisioned from the start: a Cluster without one never reports
@@ -225,16 +230,16 @@ func (c *testCluster) machinePool() *clusterv1.MachinePool {
 func (c *testCluster) containers() []container.Container {
 	c.t.Helper()
 	pool := c.pool()
-	list, err := engine.List(context.Background(), map[string]string{infrav1.PoolUIDLabel: string(pool.UID)})
+	list, err := c.engine.List(context.Background(), map[string]string{infrav1.PoolUIDLabel: string(pool.UID)})
 	NewWithT(c.t).Expect(err).ToNot(HaveOccurred())
 	return list
 }
 
-// clusterContainers lists every container labelled with this namespace's cluster, whatever pool.
-func clusterContainers(t *testing.T, clusterName string) []container.Container {
-	t.Helper()
-	list, err := engine.List(context.Background(), map[string]string{infrav1.ClusterNameLabel: clusterName})
-	NewWithT(t).Expect(err).ToNot(HaveOccurred())
+// clusterContainers lists every container labelled with the cluster's name, whatever pool.
+func (c *testCluster) clusterContainers() []container.Container {
+	c.t.Helper()
+	list, err := c.engine.List(context.Background(), map[string]string{infrav1.ClusterNameLabel: c.name})
+	NewWithT(c.t).Expect(err).ToNot(HaveOccurred())
 	return list
 }
 
@@ -303,10 +308,10 @@ func (c *testCluster) cleanup() {
 		time.Sleep(250 * time.Millisecond)
 	}
 	// Whatever the controllers left behind is a failure of the test; remove it all the same.
-	for _, ct := range clusterContainers(c.t, c.name) {
+	for _, ct := range c.clusterContainers() {
 		if ct.Labels[infrav1.ClusterNameLabel] == c.name && strings.HasPrefix(ct.Name, c.key().Name+"-") {
 			c.t.Errorf("container %s left behind after the Cluster was deleted", ct.Name)
-			_ = engine.Delete(ctx, ct.Name)
+			_ = c.engine.Delete(ctx, ct.Name)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,11 +17,13 @@ import (
 	"testing"
 	"time"
 
+	dockerclient "github.com/moby/moby/client"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,8 +32,10 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
+	"github.com/capdmp/capdmp/test/stubnode"
 )
 
 // faultBudgets are the table's budgets doubled: every fault costs the pool a retry or a restart.
@@ -313,7 +318,7 @@ func (c *testCluster) inventory() (containers, machines, provisioned int) {
 	ctx := context.Background()
 	pool := &infrav1.DockerMachinePool{}
 	if err := mgmt.Get(ctx, c.key(), pool); err == nil {
-		if list, err := engine.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(pool.UID)}); err == nil {
+		if list, err := c.engine.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(pool.UID)}); err == nil {
 			containers = len(list)
 		}
 	}
@@ -349,7 +354,7 @@ func TestFaultManagementAPIServerFrozen(t *testing.T) {
 	freeze := func(c *testCluster) {
 		// Once the pool has a container: the scale-up is under way.
 		for deadline := time.Now().Add(faultBudgets.ClusterReady); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if list, err := engine.List(context.Background(), map[string]string{infrav1.ClusterNameLabel: c.name}); err == nil && len(list) > 0 {
+			if list, err := c.engine.List(context.Background(), map[string]string{infrav1.ClusterNameLabel: c.name}); err == nil && len(list) > 0 {
 				break
 			}
 		}
@@ -420,4 +425,125 @@ func TestFaultHungBootstrap(t *testing.T) {
 	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
 	t.Logf("both replaced %s after the pools were made; remediations: %d", time.Since(start).Round(time.Millisecond), hung.remediationEvents())
 	g.Expect(hung.remediationEvents()).To(BeNumerically(">=", 2))
+}
+
+// engineRestart is how long TestFaultEngineRestarted keeps its engine stopped.
+const engineRestart = 5 * time.Second
+
+// TestFaultEngineRestarted stops and starts the pool's Docker engine (a private one: the suite's
+// is shared with other tests) once during a scale-up and once during an upgrade. Containers with
+// their restart policy come back or are replaced, no machine ever gets a second container
+// (each container name is seen with one container ID), the pool ends at its replicas with no
+// container left over, and no skew violation is seen.
+func TestFaultEngineRestarted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "capdmp-engine-")
+	g.Expect(err).NotTo(HaveOccurred())
+	private, err := dockerengine.StartPrivate(ctx, dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := private.Remove(context.Background()); err != nil {
+			t.Errorf("removing the private engine: %v", err)
+		}
+	})
+	g.Expect(stubnode.Build(ctx, stubnode.Options{Versions: []string{v131, v132}, DockerHost: private.Host})).To(Succeed())
+	rt, err := container.NewDocker(dockerclient.WithHost(private.Host))
+	g.Expect(err).NotTo(HaveOccurred())
+	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, engine: rt})
+
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 0, engine: rt})
+	// As the machinepool template ships one, with the shortest startup timeout it accepts: a
+	// container whose bootstrap the restart cut short is replaced.
+	c.createHealthCheck(clusterv1.MachineHealthCheckChecks{NodeStartupTimeoutSeconds: ptr.To[int32](30)})
+	providerCtx, stopProvider := context.WithCancel(ctx)
+	t.Cleanup(stopProvider)
+	go c.controlPlaneProvider(providerCtx, 1)
+	seen := watchContainerIDs(t, c)
+	monitor := conformance.StartMonitor(ctx, stubSource{contract: conformance.NewContractSource(c.conformanceCluster())}, 50*time.Millisecond, nil)
+
+	restartWhen := func(what string, ready func([]container.Container) bool) {
+		t.Helper()
+		g.Eventually(func() bool { return ready(c.containers()) }, 2*time.Minute, 100*time.Millisecond).Should(BeTrue(), what)
+		before := c.containers()
+		start := time.Now()
+		g.Expect(private.Stop(ctx)).To(Succeed())
+		time.Sleep(engineRestart)
+		g.Expect(private.Start(ctx)).To(Succeed())
+		t.Logf("engine restarted %s in %s with %d containers: %s", what, time.Since(start).Round(time.Millisecond), len(before), describeContainers(before))
+	}
+
+	c.setReplicas(3)
+	restartWhen("during the scale-up", func(cs []container.Container) bool { return len(cs) > 0 })
+	c.waitForReady(3, v131, faultBudgets.PoolUpgrade)
+	t.Logf("after the scale-up: %s", describeContainers(c.containers()))
+
+	mp := &clusterv1.MachinePool{}
+	c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = v132 })
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	c.update(client.ObjectKey{Namespace: c.namespace, Name: c.name + "-cp"}, kcp, func() { kcp.Spec.Version = v132 })
+	restartWhen("during the upgrade", func(cs []container.Container) bool {
+		return slices.ContainsFunc(cs, func(ct container.Container) bool { return ct.Labels[infrav1.KubernetesVersionLabel] == v132 })
+	})
+	c.waitForReady(3, v132, faultBudgets.PoolUpgrade)
+	t.Logf("after the upgrade: %s", describeContainers(c.containers()))
+
+	report := monitor.Stop()
+	t.Logf("monitor: %s", report.Coverage)
+	t.Logf("containers seen: %d; Machines the pool remediated: %d", len(seen()), c.remediationEvents())
+	g.Expect(report.Coverage.Blind()).To(BeEmpty())
+	g.Expect(report.Violations).To(BeEmpty())
+	for name, ids := range seen() {
+		g.Expect(ids).To(HaveLen(1), "container %s was created more than once", name)
+	}
+	g.Expect(c.containers()).To(HaveEach(HaveField("Running", BeTrue())))
+	c.cleanup()
+}
+
+// watchContainerIDs records, until the test ends, every container ID seen under each container
+// name of the cluster's pool; the returned function reads the record.
+func watchContainerIDs(t *testing.T, c *testCluster) func() map[string][]string {
+	t.Helper()
+	var mu sync.Mutex
+	ids := map[string][]string{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			// The engine is down at times: a failed list is tried again.
+			if list, err := c.engine.List(ctx, map[string]string{infrav1.ClusterNameLabel: c.name}); err == nil {
+				mu.Lock()
+				for _, ct := range list {
+					if !slices.Contains(ids[ct.Name], ct.ID) {
+						ids[ct.Name] = append(ids[ct.Name], ct.ID)
+					}
+				}
+				mu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() map[string][]string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string][]string, len(ids))
+		for k, v := range ids {
+			out[k] = slices.Clone(v)
+		}
+		return out
+	}
+}
+
+func describeContainers(cs []container.Container) string {
+	out := make([]string, 0, len(cs))
+	for _, ct := range cs {
+		state := "running"
+		if !ct.Running {
+			state = "stopped"
+		}
+		out = append(out, ct.Name+" ("+ct.Labels[infrav1.KubernetesVersionLabel]+", "+state+")")
+	}
+	return strings.Join(out, ", ")
 }

@@ -120,7 +120,7 @@ type stubCluster struct {
 }
 
 func (c *testCluster) conformanceCluster() stubCluster {
-	return stubCluster{&framework.CAPDMPPool{Management: mgmt, Engine: engine, Key: c.key(), ClusterName: c.name}}
+	return stubCluster{&framework.CAPDMPPool{Management: mgmt, Engine: c.engine, Key: c.key(), ClusterName: c.name}}
 }
 
 // RestartProvider restarts the in-process manager.

@@ -1,6 +1,7 @@
 package stubnodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -127,6 +128,8 @@ type managerConfig struct {
 	capdmpOutOfProcess bool
 	// wrapClient, when set, wraps the client CAPDMP's reconcilers read and write with.
 	wrapClient func(client.Client) client.Client
+	// engine is the engine CAPDMP's reconcilers use; the suite's when nil.
+	engine *container.Docker
 }
 
 // defaultManager: a short sync period, so that tests which remove containers by hand see them
@@ -172,7 +175,7 @@ func startManager(cfg managerConfig) error {
 		cancel()
 		return err
 	}
-	capdmpClient := mgr.GetClient()
+	capdmpClient, capdmpEngine := mgr.GetClient(), cmp.Or(cfg.engine, engine)
 	if cfg.wrapClient != nil {
 		capdmpClient = cfg.wrapClient(capdmpClient)
 	}
@@ -183,12 +186,12 @@ func startManager(cfg managerConfig) error {
 		setups = append(setups,
 			func() error {
 				return (&controllers.DockerMachinePoolReconciler{
-					Client: capdmpClient, APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: engine,
+					Client: capdmpClient, APIReader: mgr.GetAPIReader(), ClusterCache: cc, Runtime: capdmpEngine,
 					Network: container.HostNetwork, ContainerSyncPeriod: cfg.containerSyncPeriod,
 				}).SetupWithManager(ctx, mgr, opts)
 			},
 			func() error {
-				return (&controllers.DockerMachinePoolMachineReconciler{Client: capdmpClient, APIReader: mgr.GetAPIReader(), Runtime: engine, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
+				return (&controllers.DockerMachinePoolMachineReconciler{Client: capdmpClient, APIReader: mgr.GetAPIReader(), Runtime: capdmpEngine, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 			})
 	}
 	for _, setup := range setups {
