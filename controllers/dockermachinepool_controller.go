@@ -172,8 +172,12 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to get the Cluster of MachinePool %s", klog.KObj(machinePool))
 	}
 
-	// Add the finalizer first, so that no container can exist without it.
+	// Add the finalizer first, so that no container can exist without it, nor without the UID
+	// its containers carry recorded on the pool.
 	if added, err := finalizers.EnsureFinalizer(ctx, r.Client, pool, infrav1.MachinePoolFinalizer); err != nil || added {
+		return ctrl.Result{}, err
+	}
+	if err := recordPoolUID(ctx, r.Client, pool); err != nil {
 		return ctrl.Result{}, err
 	}
 

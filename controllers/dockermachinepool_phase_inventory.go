@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	pkgerrors "github.com/pkg/errors"
@@ -12,17 +13,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
 )
 
 // reconcileInventory lists the pool's containers (one engine call) and the objects that represent
-// them (from the cache). Containers are matched on the pool's UID, never on names, so that a pool
-// never touches a container it did not create; DockerMachinePoolMachines on their owner reference
+// them (from the cache). Containers are matched on the pool's UID (carriesPool), never on names,
+// so that a pool never touches a container it did not create; DockerMachinePoolMachines on their owner reference
 // to the pool, and Machines on the DockerMachinePoolMachine they reference.
 func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s *poolScope) (ctrl.Result, error) {
-	containers, err := r.Runtime.List(ctx, map[string]string{infrav1.PoolUIDLabel: string(s.pool.UID)})
+	listed, err := r.Runtime.List(ctx, map[string]string{infrav1.PoolUIDLabel: poolUID(s.pool)})
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list containers")
 	}
+	containers := slices.DeleteFunc(listed, func(c container.Container) bool { return !carriesPool(c, s.pool) })
 
 	// The labels only narrow what is read from the cache; ownership decides. During deletion the
 	// MachinePool, and so its name label, may be gone.

@@ -168,7 +168,8 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 			Labels: map[string]string{
 				infrav1.ClusterNameLabel:       s.cluster.Name,
 				infrav1.PoolNameLabel:          s.pool.Name,
-				infrav1.PoolUIDLabel:           string(s.pool.UID),
+				infrav1.PoolUIDLabel:           poolUID(s.pool),
+				infrav1.NamespaceLabel:         s.pool.Namespace,
 				infrav1.KubernetesVersionLabel: versionLabel,
 				infrav1.BootstrapDataHashLabel: plan.dataHash,
 			},

@@ -192,8 +192,8 @@ var errNotOwned = pkgerrors.New("the container was not made by this machine's Do
 var errNoOwnerPool = pkgerrors.New("the machine's DockerMachinePool does not exist")
 
 // ownContainer inspects the machine's container and checks that the DockerMachinePool owning the
-// machine made it for the machine's Cluster: the container carries that pool's UID and the
-// Cluster's name. To the engine a DockerMachinePoolMachine is only a name: without the check,
+// machine made it for the machine's Cluster: the container carries that pool's identity
+// (carriesPool) and the Cluster's name. To the engine a DockerMachinePoolMachine is only a name: without the check,
 // whoever may create one could have CAPDMP exec into or remove any container of the engine.
 // It returns the container and that pool.
 func (r *DockerMachinePoolMachineReconciler) ownContainer(ctx context.Context, machine *infrav1.DockerMachinePoolMachine) (container.Container, *infrav1.DockerMachinePool, error) {
@@ -209,7 +209,7 @@ func (r *DockerMachinePoolMachineReconciler) ownContainer(ctx context.Context, m
 		return container.Container{}, nil, err
 	}
 	clusterName := machine.Labels[clusterv1.ClusterNameLabel]
-	if c.Labels[infrav1.PoolUIDLabel] != string(pool.UID) || c.Labels[infrav1.ClusterNameLabel] != clusterName {
+	if !carriesPool(c, pool) || c.Labels[infrav1.ClusterNameLabel] != clusterName {
 		return container.Container{}, nil, pkgerrors.Wrapf(errNotOwned, "container %s does not carry the labels of DockerMachinePool %s of Cluster %s",
 			machine.Name, klog.KObj(pool), klog.KRef(machine.Namespace, clusterName))
 	}

@@ -18,10 +18,22 @@ const (
 	// PoolNameLabel is set on every container with the name of the DockerMachinePool that made it.
 	PoolNameLabel = "infrastructure.capdmp.dev/pool-name"
 
-	// PoolUIDLabel is set on every container with the UID of the DockerMachinePool that made it.
-	// Containers are matched on it, never on names alone, so a pool never touches a container it
-	// did not create (a pool deleted and re-created with the same name has another UID).
+	// PoolUIDLabel is set on every container with the UID of the DockerMachinePool that made it
+	// (the pool's PoolUIDAnnotation once it has one). Containers are matched on it, never on names
+	// alone, so a pool never touches a container it did not create (a pool deleted and re-created
+	// with the same name has another UID).
 	PoolUIDLabel = "infrastructure.capdmp.dev/pool-uid"
+
+	// PoolUIDAnnotation is set on a DockerMachinePool, by the controller in its first reconcile,
+	// to the UID it had then; the webhook keeps it from changing. clusterctl move copies
+	// annotations and not UIDs, so a pool moved to another management cluster still finds its
+	// containers by it; there a container is its own only if it also carries the pool's
+	// namespace (NamespaceLabel), since anyone who may create a pool may write the annotation.
+	PoolUIDAnnotation = "infrastructure.capdmp.dev/pool-uid"
+
+	// NamespaceLabel is set on every container with the namespace of the DockerMachinePool that
+	// made it.
+	NamespaceLabel = "infrastructure.capdmp.dev/namespace"
 
 	// MachinePoolFinalizer lets the DockerMachinePool controller remove containers before the pool goes.
 	MachinePoolFinalizer = "dockermachinepool.infrastructure.capdmp.dev"

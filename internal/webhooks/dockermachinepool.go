@@ -61,6 +61,16 @@ func (webhook *DockerMachinePool) ValidateDelete(_ context.Context, _ *infrav1.D
 }
 
 func (webhook *DockerMachinePool) validate(oldPool, newPool *infrav1.DockerMachinePool) (admission.Warnings, error) {
+	// The pool's containers carry the UID recorded there: changed or removed, the pool would lose
+	// them. A new pool may bring one (clusterctl move creates the pool with its annotations).
+	if oldPool != nil {
+		if uid, ok := oldPool.Annotations[infrav1.PoolUIDAnnotation]; ok && newPool.Annotations[infrav1.PoolUIDAnnotation] != uid {
+			return nil, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, field.ErrorList{
+				field.Forbidden(field.NewPath("metadata", "annotations").Key(infrav1.PoolUIDAnnotation),
+					"the pool's containers carry the UID recorded here ("+uid+"); it cannot change or be removed"),
+			})
+		}
+	}
 	// A pool whose template is unchanged is not checked again, so that a pool admitted before a
 	// rule existed never blocks unrelated updates, such as the controller writing providerIDList.
 	if oldPool != nil && equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) {

@@ -202,6 +202,42 @@ func TestDockerMachinePoolValidateUpdate(t *testing.T) {
 	}
 }
 
+// TestDockerMachinePoolUIDAnnotation: the UID a pool's containers carry, once recorded, cannot
+// change or go; a new pool may bring one, as clusterctl move creates it.
+func TestDockerMachinePoolUIDAnnotation(t *testing.T) {
+	valid := infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:v1.34.1"}
+	withUID := func(uid string) *infrav1.DockerMachinePool {
+		pool := poolWith(valid)
+		if uid != "" {
+			pool.Annotations = map[string]string{infrav1.PoolUIDAnnotation: uid}
+		}
+		return pool
+	}
+	tests := []struct {
+		name     string
+		old, new *infrav1.DockerMachinePool
+		wantErrs []string
+	}{
+		{name: "recorded by the controller", old: withUID(""), new: withUID("uid-1")},
+		{name: "kept", old: withUID("uid-1"), new: withUID("uid-1")},
+		{name: "changed", old: withUID("uid-1"), new: withUID("uid-2"), wantErrs: []string{"metadata.annotations[infrastructure.capdmp.dev/pool-uid]", "cannot change"}},
+		{name: "removed", old: withUID("uid-1"), new: withUID(""), wantErrs: []string{"metadata.annotations[infrastructure.capdmp.dev/pool-uid]"}},
+		{name: "brought by a new pool (clusterctl move)", new: withUID("uid-1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var err error
+			if tt.old == nil {
+				_, err = (&DockerMachinePool{}).ValidateCreate(context.Background(), tt.new)
+			} else {
+				_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), tt.old, tt.new)
+			}
+			expectInvalid(g, err, tt.wantErrs)
+		})
+	}
+}
+
 func TestDockerMachinePoolValidateDelete(t *testing.T) {
 	g := NewWithT(t)
 	warnings, err := (&DockerMachinePool{}).ValidateDelete(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{CustomImage: "x:latest"}))
