@@ -59,7 +59,9 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 	// Machine again and deletes it, and a deleted Machine always says why.
 	deleting := &metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse,
 		Reason: infrav1.MachineRemediationMachineDeletingReason, Message: "Machine is deleting"}
-	deletingV1Beta1 := &clusterv1.Condition{Type: clusterv1.MachineOwnerRemediatedV1Beta1Condition, Status: corev1.ConditionTrue}
+	// The MachineHealthCheck still reads the v1beta1 condition to hand a Machine over again; a
+	// MachineSet sets it True here too.
+	deletingV1Beta1 := &clusterv1.Condition{Type: clusterv1.MachineOwnerRemediatedV1Beta1Condition, Status: corev1.ConditionTrue} //nolint:staticcheck // see above
 	for _, i := range unhealthy {
 		if err := r.patchOwnerRemediated(ctx, i.owner, deleting, deletingV1Beta1); err != nil {
 			errs = append(errs, err)
@@ -76,7 +78,7 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 
 // patchOwnerRemediated sets the OwnerRemediated conditions of a Machine, or removes the v1beta2 one
 // when condition is nil, owning only those conditions in the patch.
-func (r *DockerMachinePoolReconciler) patchOwnerRemediated(ctx context.Context, machine *clusterv1.Machine, condition *metav1.Condition, v1beta1Condition *clusterv1.Condition) error {
+func (r *DockerMachinePoolReconciler) patchOwnerRemediated(ctx context.Context, machine *clusterv1.Machine, condition *metav1.Condition, v1beta1Condition *clusterv1.Condition) error { //nolint:staticcheck // the MachineHealthCheck reads v1beta1 conditions too
 	helper, err := patch.NewHelper(machine, r.Client)
 	if err != nil {
 		return pkgerrors.Wrapf(err, "failed to patch Machine %s", klog.KObj(machine))
@@ -90,7 +92,7 @@ func (r *DockerMachinePoolReconciler) patchOwnerRemediated(ctx context.Context, 
 		v1beta1conditions.Set(machine, v1beta1Condition)
 	}
 	if err := helper.Patch(ctx, machine,
-		patch.WithOwnedV1Beta1Conditions{Conditions: []clusterv1.ConditionType{clusterv1.MachineOwnerRemediatedV1Beta1Condition}},
+		patch.WithOwnedV1Beta1Conditions{Conditions: []clusterv1.ConditionType{clusterv1.MachineOwnerRemediatedV1Beta1Condition}}, //nolint:staticcheck // as above
 		patch.WithOwnedConditions{Conditions: []string{clusterv1.MachineOwnerRemediatedCondition}}); err != nil {
 		return pkgerrors.Wrapf(err, "failed to patch the OwnerRemediated condition of Machine %s", klog.KObj(machine))
 	}
