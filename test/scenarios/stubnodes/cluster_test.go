@@ -36,6 +36,9 @@ type testCluster struct {
 	name      string
 	// engine runs its pool's containers: the suite's unless the cluster was made with another.
 	engine *container.Docker
+	// management is the management API server the cluster's objects are read from: the suite's
+	// unless the cluster was moved to another.
+	management client.Client
 }
 
 type clusterOptions struct {
@@ -63,7 +66,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	// The workload API server is shared by the scenarios: a name of its own per cluster keeps the
 	// Nodes of one from being read as another's.
 	namespace := names.SimpleNameGenerator.GenerateName("local-")
-	c := &testCluster{t: t, namespace: namespace, name: namespace, engine: cmp.Or(o.engine, engine)}
+	c := &testCluster{t: t, namespace: namespace, name: namespace, engine: cmp.Or(o.engine, engine), management: mgmt}
 	g.Expect(mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})).To(Succeed())
 
 	// An infrastructure cluster provisioned from the start: a Cluster without one never reports
@@ -73,8 +76,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	infraCluster.SetNamespace(c.namespace)
 	infraCluster.SetName(c.name)
 	g.Expect(mgmt.Create(ctx, infraCluster)).To(Succeed())
-	g.Expect(unstructured.SetNestedField(infraCluster.Object, true, "status", "initialization", "provisioned")).To(Succeed())
-	g.Expect(mgmt.Status().Update(ctx, infraCluster)).To(Succeed())
+	c.setInfrastructureProvisioned()
 
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name},
@@ -159,10 +161,22 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 // it is initialized.
 func (c *testCluster) setControlPlaneStatus(machines ...string) {
 	c.t.Helper()
-	NewWithT(c.t).Expect(writeControlPlaneStatus(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name + "-cp"}, machines)).To(Succeed())
+	NewWithT(c.t).Expect(writeControlPlaneStatus(context.Background(), c.management, client.ObjectKey{Namespace: c.namespace, Name: c.name + "-cp"}, machines)).To(Succeed())
 }
 
-func writeControlPlaneStatus(ctx context.Context, key client.ObjectKey, machines []string) error {
+// setInfrastructureProvisioned writes what an infrastructure provider reports of a cluster it
+// provisioned.
+func (c *testCluster) setInfrastructureProvisioned() {
+	c.t.Helper()
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": builder.InfrastructureGroupVersion.String(), "kind": builder.GenericInfrastructureClusterKind,
+		"metadata": map[string]any{"namespace": c.namespace, "name": c.name},
+		"status":   map[string]any{"initialization": map[string]any{"provisioned": true}},
+	}}
+	NewWithT(c.t).Expect(c.management.Status().Patch(context.Background(), patch, client.Merge)).To(Succeed())
+}
+
+func writeControlPlaneStatus(ctx context.Context, management client.Client, key client.ObjectKey, machines []string) error {
 	versions := slices.Clone(machines)
 	slices.SortFunc(versions, func(a, b string) int {
 		va, _ := skew.ParseVersion(a)
@@ -187,7 +201,7 @@ func writeControlPlaneStatus(ctx context.Context, key client.ObjectKey, machines
 			"initialization": map[string]any{"controlPlaneInitialized": true},
 		},
 	}}
-	return mgmt.Status().Patch(ctx, patch, client.Merge)
+	return management.Status().Patch(ctx, patch, client.Merge)
 }
 
 func (c *testCluster) setReplicas(n int32) {
@@ -215,14 +229,14 @@ func (c *testCluster) key() client.ObjectKey {
 func (c *testCluster) pool() *infrav1.DockerMachinePool {
 	c.t.Helper()
 	pool := &infrav1.DockerMachinePool{}
-	NewWithT(c.t).Expect(mgmt.Get(context.Background(), c.key(), pool)).To(Succeed())
+	NewWithT(c.t).Expect(c.management.Get(context.Background(), c.key(), pool)).To(Succeed())
 	return pool
 }
 
 func (c *testCluster) machinePool() *clusterv1.MachinePool {
 	c.t.Helper()
 	mp := &clusterv1.MachinePool{}
-	NewWithT(c.t).Expect(mgmt.Get(context.Background(), c.key(), mp)).To(Succeed())
+	NewWithT(c.t).Expect(c.management.Get(context.Background(), c.key(), mp)).To(Succeed())
 	return mp
 }
 
@@ -230,7 +244,9 @@ func (c *testCluster) machinePool() *clusterv1.MachinePool {
 func (c *testCluster) containers() []container.Container {
 	c.t.Helper()
 	pool := c.pool()
-	list, err := c.engine.List(context.Background(), map[string]string{infrav1.PoolUIDLabel: string(pool.UID)})
+	// The UID the pool recorded: after clusterctl move the pool has another.
+	uid := cmp.Or(pool.Annotations[infrav1.PoolUIDAnnotation], string(pool.UID))
+	list, err := c.engine.List(context.Background(), map[string]string{infrav1.PoolUIDLabel: uid})
 	NewWithT(c.t).Expect(err).ToNot(HaveOccurred())
 	return list
 }
@@ -278,7 +294,7 @@ func (c *testCluster) waitForReady(n int, version string, timeout time.Duration)
 // machineConditions describes the Machines' Ready conditions, for failure messages.
 func (c *testCluster) machineConditions() string {
 	machines := &clusterv1.MachineList{}
-	if err := mgmt.List(context.Background(), machines, client.InNamespace(c.namespace)); err != nil {
+	if err := c.management.List(context.Background(), machines, client.InNamespace(c.namespace)); err != nil {
 		return err.Error()
 	}
 	var out []string

@@ -204,7 +204,7 @@ func (c *testCluster) controlPlaneProvider(ctx context.Context, replicas int32) 
 		if ctx.Err() != nil {
 			return
 		}
-		if err := writeControlPlaneStatus(ctx, key, machines); err != nil && ctx.Err() == nil {
+		if err := writeControlPlaneStatus(ctx, c.management, key, machines); err != nil && ctx.Err() == nil {
 			c.t.Errorf("control plane provider: %v", err)
 		}
 	}

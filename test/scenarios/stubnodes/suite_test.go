@@ -96,11 +96,8 @@ func runSuite(m *testing.M) int {
 	}
 	defer func() { _ = testEnv.Stop() }()
 	mgmt = testEnv.Management.Client
-	// The stub tier's Clusters refer to a generic infrastructure cluster (newTestCluster).
-	if _, err := envtest.InstallCRDs(testEnv.Management.Config, envtest.CRDInstallOptions{
-		CRDs: []*apiextensionsv1.CustomResourceDefinition{builder.GenericInfrastructureClusterCRD.DeepCopy()},
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, "installing the generic infrastructure cluster CRD:", err)
+	if err := installInfrastructureClusterCRD(testEnv.Management.APIServer); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "management and workload API servers up in %s\n", time.Since(start).Round(time.Millisecond))
@@ -117,6 +114,17 @@ func runSuite(m *testing.M) int {
 	defer skewViolationsMu.Unlock()
 	fmt.Printf("skew-violations: %d\n", skewViolationsTotal)
 	return code
+}
+
+// installInfrastructureClusterCRD installs the CRD of the generic infrastructure cluster the stub
+// tier's Clusters refer to (newTestCluster).
+func installInfrastructureClusterCRD(apiServer *managementplane.APIServer) error {
+	if _, err := envtest.InstallCRDs(apiServer.Config, envtest.CRDInstallOptions{
+		CRDs: []*apiextensionsv1.CustomResourceDefinition{builder.GenericInfrastructureClusterCRD.DeepCopy()},
+	}); err != nil {
+		return fmt.Errorf("installing the generic infrastructure cluster CRD: %w", err)
+	}
+	return nil
 }
 
 // managerConfig says how a manager started runs CAPDMP.
@@ -143,9 +151,21 @@ var currentManager = defaultManager
 // cluster would: Cluster, Machine, MachinePool, KubeadmConfig, the ClusterCache, and CAPDMP's two
 // on the host network (the workload API server listens on loopback).
 func startManager(cfg managerConfig) error {
+	stop, err := runManager(testEnv.Management.APIServer, cfg)
+	if err != nil {
+		return err
+	}
+	managerStop = stop
+	currentManager = cfg
+	return nil
+}
+
+// runManager runs a manager with Cluster API's reconcilers and CAPDMP's against a management API
+// server until the returned function stops it.
+func runManager(apiServer *managementplane.APIServer, cfg managerConfig) (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := ctrl.NewManager(testEnv.Management.Config, ctrl.Options{
-		Scheme:  testEnv.Management.Scheme,
+	mgr, err := ctrl.NewManager(apiServer.Config, ctrl.Options{
+		Scheme:  apiServer.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Client: client.Options{Cache: &client.CacheOptions{
 			DisableFor:   []client.Object{&corev1.Secret{}},
@@ -154,13 +174,13 @@ func startManager(cfg managerConfig) error {
 	})
 	if err != nil {
 		cancel()
-		return err
+		return nil, err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)}
 	secrets, err := kcpsetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		cancel()
-		return fmt.Errorf("creating the Secret caching client: %w", err)
+		return nil, fmt.Errorf("creating the Secret caching client: %w", err)
 	}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secrets,
@@ -169,11 +189,11 @@ func startManager(cfg managerConfig) error {
 	}, opts)
 	if err != nil {
 		cancel()
-		return err
+		return nil, err
 	}
 	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
 		cancel()
-		return err
+		return nil, err
 	}
 	capdmpClient, capdmpEngine := mgr.GetClient(), cmp.Or(cfg.engine, engine)
 	if cfg.wrapClient != nil {
@@ -197,7 +217,7 @@ func startManager(cfg managerConfig) error {
 	for _, setup := range setups {
 		if err := setup(); err != nil {
 			cancel()
-			return err
+			return nil, err
 		}
 	}
 	done := make(chan struct{})
@@ -207,9 +227,7 @@ func startManager(cfg managerConfig) error {
 			fmt.Fprintln(logFile, "manager stopped:", err)
 		}
 	}()
-	managerStop = func() { cancel(); <-done }
-	currentManager = cfg
-	return nil
+	return func() { cancel(); <-done }, nil
 }
 
 // withManager restarts the manager as cfg says for the rest of the test, and restores the
