@@ -90,7 +90,6 @@ func TestRenderCluster(t *testing.T) {
 	}
 }
 
-// fromObjects converts the one object of kind in objs into into.
 // withName returns the objects of that name.
 func withName(objs []unstructured.Unstructured, name string) []unstructured.Unstructured {
 	var out []unstructured.Unstructured
@@ -102,6 +101,7 @@ func withName(objs []unstructured.Unstructured, name string) []unstructured.Unst
 	return out
 }
 
+// fromObjects converts the one object of kind in objs into into.
 func fromObjects(objs []unstructured.Unstructured, kind string, into runtime.Object) error {
 	var found []unstructured.Unstructured
 	for _, o := range objs {

@@ -21,12 +21,12 @@ import (
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
-// TestClusterctlMove moves a cluster whose pool runs two stub nodes to a second management API
+// TestFaultClusterctlMove moves a cluster whose pool runs two stub nodes to a second management API
 // server with Cluster API's own move code (clusterctl's ObjectMover), the Docker engine and the
 // workload API server shared, a manager running on each side. The pool there adopts the same
 // containers: none created or removed, no Machine replaced, the Nodes untouched, the pool back at
 // its replicas; the source keeps nothing of the cluster.
-func TestClusterctlMove(t *testing.T) {
+func TestFaultClusterctlMove(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2})
