@@ -69,7 +69,7 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 
 # The fault tests run in `make test` too; this runs them alone, with their moments in the log.
 .PHONY: test-faults
-test-faults: envtest-binaries docker-engine ## Run the fault tests alone: manager killed, conflicts, frozen API server, hung bootstrap, engine restarted, clusterctl move
+test-faults: envtest-binaries docker-engine ## Run the fault tests alone: manager killed, conflicts, API server frozen and restarted, hung bootstrap, engine restarted, clusterctl move
 	hack/host-packages.sh test
 	go test $(GO_TEST_FLAGS) -count=1 -v -run '^TestFault' ./test/scenarios/stubnodes/
 

@@ -54,6 +54,9 @@ type clusterOptions struct {
 	bootstrapTimeout time.Duration
 	// engine runs the pool's containers (the manager must use it too); the suite's when nil.
 	engine *container.Docker
+	// management is the management API server's client the cluster is made with (a manager must
+	// run there); the suite's when nil.
+	management client.Client
 }
 
 // newTestCluster creates a namespace, a Cluster whose control plane (a KubeadmControlPlane whose
@@ -66,8 +69,8 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	// The workload API server is shared by the scenarios: a name of its own per cluster keeps the
 	// Nodes of one from being read as another's.
 	namespace := names.SimpleNameGenerator.GenerateName("local-")
-	c := &testCluster{t: t, namespace: namespace, name: namespace, engine: cmp.Or(o.engine, engine), management: mgmt}
-	g.Expect(mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})).To(Succeed())
+	c := &testCluster{t: t, namespace: namespace, name: namespace, engine: cmp.Or(o.engine, engine), management: cmp.Or(o.management, mgmt)}
+	g.Expect(c.management.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})).To(Succeed())
 
 	// An infrastructure cluster provisioned from the start: a Cluster without one never reports
 	// InfrastructureReady=True, and a MachineHealthCheck judges no Machine of such a Cluster.
@@ -75,7 +78,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	infraCluster.SetGroupVersionKind(builder.InfrastructureGroupVersion.WithKind(builder.GenericInfrastructureClusterKind))
 	infraCluster.SetNamespace(c.namespace)
 	infraCluster.SetName(c.name)
-	g.Expect(mgmt.Create(ctx, infraCluster)).To(Succeed())
+	g.Expect(c.management.Create(ctx, infraCluster)).To(Succeed())
 	c.setInfrastructureProvisioned()
 
 	cluster := &clusterv1.Cluster{
@@ -91,8 +94,8 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 			},
 		},
 	}
-	g.Expect(mgmt.Create(ctx, cluster)).To(Succeed())
-	g.Expect(testEnv.Workload.CreateClusterSecrets(ctx, mgmt, cluster)).To(Succeed())
+	g.Expect(c.management.Create(ctx, cluster)).To(Succeed())
+	g.Expect(testEnv.Workload.CreateClusterSecrets(ctx, c.management, cluster)).To(Succeed())
 
 	kcp := &controlplanev1.KubeadmControlPlane{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name + "-cp",
@@ -105,7 +108,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 			}},
 		},
 	}
-	g.Expect(mgmt.Create(ctx, kcp)).To(Succeed())
+	g.Expect(c.management.Create(ctx, kcp)).To(Succeed())
 	machines := make([]string, max(o.controlPlaneReplicas, 1))
 	for i := range machines {
 		machines[i] = o.controlPlaneVersion
@@ -122,7 +125,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 			PreKubeadmCommands: o.preKubeadmCommands,
 		},
 	}
-	g.Expect(mgmt.Create(ctx, config)).To(Succeed())
+	g.Expect(c.management.Create(ctx, config)).To(Succeed())
 
 	pool := &infrav1.DockerMachinePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name + "-workers"},
@@ -131,7 +134,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 	if o.bootstrapTimeout > 0 {
 		pool.Spec.Template.BootstrapTimeout = &metav1.Duration{Duration: o.bootstrapTimeout}
 	}
-	g.Expect(mgmt.Create(ctx, pool)).To(Succeed())
+	g.Expect(c.management.Create(ctx, pool)).To(Succeed())
 
 	mp := &clusterv1.MachinePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name + "-workers"},
@@ -150,7 +153,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 			}},
 		},
 	}
-	g.Expect(mgmt.Create(ctx, mp)).To(Succeed())
+	g.Expect(c.management.Create(ctx, mp)).To(Succeed())
 
 	t.Cleanup(c.cleanup)
 	return c
@@ -213,11 +216,11 @@ func (c *testCluster) setReplicas(n int32) {
 func (c *testCluster) update(key client.ObjectKey, obj client.Object, mutate func()) {
 	c.t.Helper()
 	NewWithT(c.t).Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := mgmt.Get(context.Background(), key, obj); err != nil {
+		if err := c.management.Get(context.Background(), key, obj); err != nil {
 			return err
 		}
 		mutate()
-		return mgmt.Update(context.Background(), obj)
+		return c.management.Update(context.Background(), obj)
 	})).To(Succeed())
 }
 
@@ -311,10 +314,10 @@ func (c *testCluster) machineConditions() string {
 func (c *testCluster) cleanup() {
 	ctx := context.Background()
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name}}
-	_ = mgmt.Delete(ctx, cluster)
+	_ = c.management.Delete(ctx, cluster)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if err := mgmt.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); apierrors.IsNotFound(err) {
+		if err := c.management.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); apierrors.IsNotFound(err) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -120,7 +120,7 @@ type stubCluster struct {
 }
 
 func (c *testCluster) conformanceCluster() stubCluster {
-	return stubCluster{&framework.CAPDMPPool{Management: mgmt, Engine: c.engine, Key: c.key(), ClusterName: c.name}}
+	return stubCluster{&framework.CAPDMPPool{Management: c.management, Engine: c.engine, Key: c.key(), ClusterName: c.name}}
 }
 
 // RestartProvider restarts the in-process manager.
@@ -170,7 +170,7 @@ func (c *testCluster) controlPlaneProvider(ctx context.Context, replicas int32) 
 	machines := []string{}
 	for ctx.Err() == nil {
 		kcp := &controlplanev1.KubeadmControlPlane{}
-		if err := mgmt.Get(ctx, key, kcp); err != nil {
+		if err := c.management.Get(ctx, key, kcp); err != nil {
 			// Gone with its deleted cluster, or the test is over.
 			if !apierrors.IsNotFound(err) && !errors.Is(ctx.Err(), context.Canceled) {
 				c.t.Errorf("control plane provider: %v", err)
