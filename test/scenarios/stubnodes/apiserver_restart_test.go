@@ -105,7 +105,7 @@ func commandOf(pid int) (*exec.Cmd, error) {
 	if len(args) == 0 || args[0] == "" {
 		return nil, errors.New("empty command line in " + proc)
 	}
-	cmd := exec.Command(args[0], args[1:]...) //nolint:gosec // the command line of the test's own kube-apiserver
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = strings.Split(strings.TrimRight(string(rawEnv), "\x00"), "\x00")
 	cmd.Dir = dir
 	return cmd, nil
