@@ -28,6 +28,8 @@ const apiServerDown = 30 * time.Second
 // server is one of the test's own, since the suite's serves the other tests. The scale-up
 // completes with no skew violation, and the monitor counts apart the samples it could not read.
 func TestFaultManagementAPIServerRestarted(t *testing.T) {
+	// Its API server and manager are its own: it may run beside other tests.
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	management, err := testenv.StartManagement(ctx)

@@ -27,6 +27,9 @@ import (
 // containers: none created or removed, no Machine replaced, the Nodes untouched, the pool back at
 // its replicas; the source keeps nothing of the cluster.
 func TestFaultClusterctlMove(t *testing.T) {
+	// After the sequential tests, which replace the suite's manager this one needs as the
+	// source's, beside the API server restart, which has a management API server of its own.
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2})
