@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/metrics"
 )
 
 // reconcileDelete removes the pool: each container through its Machine as on a scale-down (so
@@ -54,5 +55,6 @@ func (r *DockerMachinePoolReconciler) reconcileDelete(ctx context.Context, s *po
 	}
 	s.instances = nil
 	controllerutil.RemoveFinalizer(s.pool, infrav1.MachinePoolFinalizer)
+	metrics.ForgetPool(s.pool.Namespace, s.pool.Name)
 	return ctrl.Result{}, nil
 }

@@ -23,6 +23,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/metrics"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -289,6 +290,7 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to touch KubeadmConfig %s", klog.KObj(config))
 	}
 	log.Info("Requested fresh bootstrap data", "KubeadmConfig", klog.KObj(config), "reason", why)
+	metrics.BootstrapDataRefreshes.WithLabelValues(s.pool.Namespace, s.pool.Name).Inc()
 	r.eventf(s.pool, corev1.EventTypeNormal, infrav1.BootstrapDataRefreshingReason, "Requested fresh bootstrap data from KubeadmConfig %s: %s", config.GetName(), why)
 	setRefreshing(fmt.Sprintf("Waiting for the bootstrap provider to re-render the data (%s)", why))
 	return ctrl.Result{RequeueAfter: refreshRetryPeriod}, nil

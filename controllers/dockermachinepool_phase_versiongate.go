@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/metrics"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -79,7 +81,9 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		gate.WaitingReason = ""
 		if previousReason != "" {
 			r.eventf(s.pool, corev1.EventTypeNormal, string(skew.Admitted), "Creating containers of %s again: %s", s.targetVersion, decision.Message)
+			metrics.VersionGateReopens.WithLabelValues(s.pool.Namespace, s.pool.Name).Inc()
 		}
+		metrics.RecordVersionGate(s.pool.Namespace, s.pool.Name, false, string(decision.Reason), time.Time{}, r.clock())
 		return ctrl.Result{}, nil
 	}
 
@@ -102,6 +106,7 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 			gate.BootstrapDataHashAtPause = data.Hash
 		}
 	}
+	metrics.RecordVersionGate(s.pool.Namespace, s.pool.Name, true, gate.WaitingReason, gate.WaitingSince.Time, r.clock())
 	return ctrl.Result{}, nil
 }
 

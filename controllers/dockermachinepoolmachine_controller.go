@@ -31,6 +31,7 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/metrics"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -264,7 +265,10 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	switch status.State {
 	case bootstrap.StateSucceeded:
 		r.markProvisioned(machine)
-		ctrl.LoggerFrom(ctx).Info("Bootstrapped container", "container", machine.Name)
+		if status.Timed {
+			metrics.BootstrapDuration.Observe(status.Elapsed.Seconds())
+		}
+		ctrl.LoggerFrom(ctx).Info("Bootstrapped container", "container", machine.Name, "ran", status.Elapsed)
 		r.eventf(machine, corev1.EventTypeNormal, "Bootstrapped", "Bootstrapped container %s", machine.Name)
 		return r.reconcileNodeProviderID(ctx, s)
 	case bootstrap.StateBooting:
@@ -274,10 +278,10 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	case bootstrap.StateRunning:
 		return r.followBootstrap(ctx, s, status)
 	case bootstrap.StateFailed:
-		r.markBootstrapFailed(machine, failedBootstrapMessage(status))
+		r.markBootstrapFailed(machine, metrics.BootstrapStepFailed, failedBootstrapMessage(status))
 		return ctrl.Result{}, nil
 	case bootstrap.StateInterrupted:
-		r.markBootstrapFailed(machine, "The bootstrap started earlier and its runner is gone without a result (the container restarted); it is not run twice")
+		r.markBootstrapFailed(machine, metrics.BootstrapInterrupted, "The bootstrap started earlier and its runner is gone without a result (the container restarted); it is not run twice")
 		return ctrl.Result{}, nil
 	}
 	return r.startBootstrap(ctx, s, c)
@@ -317,7 +321,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 	}
 	commands, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: machine.Name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 	if err != nil {
-		r.markBootstrapFailed(machine, "The bootstrap data cannot be run: "+err.Error())
+		r.markBootstrapFailed(machine, metrics.BootstrapDataInvalid, "The bootstrap data cannot be run: "+err.Error())
 		return ctrl.Result{}, nil
 	}
 
@@ -325,7 +329,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 	preloadCtx, cancel := context.WithTimeout(ctx, bootstrapTimeoutOf(pool))
 	defer cancel()
 	if err := r.preloadImages(preloadCtx, machine.Name, pool.Spec.Template.PreLoadImages); err != nil {
-		r.markBootstrapFailed(machine, "Loading images failed: "+err.Error())
+		r.markBootstrapFailed(machine, metrics.BootstrapImageLoadFailed, "Loading images failed: "+err.Error())
 		return ctrl.Result{}, nil
 	}
 	if err := bootstrap.Start(ctx, r.Runtime, machine.Name, commands); err != nil {
@@ -363,7 +367,7 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	if stopped.State == bootstrap.StateFailed {
 		msg += "; " + failedBootstrapMessage(stopped)
 	}
-	r.markBootstrapFailed(machine, msg)
+	r.markBootstrapFailed(machine, metrics.BootstrapTimedOut, msg)
 	return ctrl.Result{}, nil
 }
 
@@ -422,7 +426,8 @@ func (r *DockerMachinePoolMachineReconciler) markProvisioned(machine *infrav1.Do
 
 // markBootstrapFailed reports a failed bootstrap, for good: kubeadm join is not run twice in a
 // container; a MachineHealthCheck or a user replaces its Machine.
-func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav1.DockerMachinePoolMachine, msg string) {
+func (r *DockerMachinePoolMachineReconciler) markBootstrapFailed(machine *infrav1.DockerMachinePoolMachine, reason metrics.BootstrapFailureReason, msg string) {
+	metrics.BootstrapFailures.WithLabelValues(string(reason)).Inc()
 	conditions.Set(machine, metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.BootstrapFailedReason, msg))
 	r.eventf(machine, corev1.EventTypeWarning, infrav1.BootstrapFailedReason, "Bootstrap of container %s failed: %s", machine.Name, msg)
 }

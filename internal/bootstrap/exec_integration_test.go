@@ -239,6 +239,15 @@ echo "first" > /etc/capdmp/appended`
 		sh(g, node, "touch /tmp/go-on")
 		g.Eventually(func(g Gomega) { g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded)) }, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 		g.Expect(sh(g, node, "cat /tmp/post")).To(Equal("post\n"))
+		// Once the runner is done, the time it ran is fixed: from its start to its last step's end.
+		g.Eventually(func(g Gomega) {
+			g.Expect(sh(g, node, "ls /var/lib/capdmp/bootstrap")).To(ContainSubstring("finished-at"))
+		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+		g.Expect(status(g, node).Timed).To(BeTrue())
+		ran := status(g, node).Elapsed
+		g.Expect(ran).To(BeNumerically(">=", 2*time.Second), "it waited 2s for /tmp/go-on")
+		time.Sleep(1100 * time.Millisecond)
+		g.Expect(status(g, node).Elapsed).To(Equal(ran))
 	})
 
 	t.Run("Stop ends the whole runner and reports the step it cut short", func(t *testing.T) {

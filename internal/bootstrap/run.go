@@ -51,8 +51,11 @@ const (
 // Status is what Check finds in a node.
 type Status struct {
 	State State
-	// Elapsed is how long a Running bootstrap has run, by the node's clock.
+	// Elapsed is how long a Running bootstrap has run, or how long a Succeeded one ran when Timed,
+	// by the node's clock, in whole seconds.
 	Elapsed time.Duration
+	// Timed says a Succeeded bootstrap's Elapsed was measured: the node kept its start.
+	Timed bool
 	// Step names the step that failed (Failed) or was running when Stop ended it.
 	Step string
 	// ExitCode is the failed step's exit code; 0 when Stop ended it.
@@ -87,7 +90,10 @@ func StatusCommand() Command {
 	// The runner is alive while its PID runs run.sh; a PID not yet recorded is a runner that is
 	// starting. A zombie has an empty cmdline and counts as gone.
 	script := fmt.Sprintf(`d=%[1]s
-if [ -f %[2]s ] || [ -f %[3]s ]; then exit %[4]d; fi
+if [ -f %[2]s ] || [ -f %[3]s ]; then
+  if [ -f "$d/started-at" ]; then echo $(( $(cat "$d/finished-at" 2>/dev/null || date +%%s) - $(cat "$d/started-at") )); fi
+  exit %[4]d
+fi
 if [ -f "$d/failed" ]; then cat "$d/failed"; exit %[5]d; fi
 if [ -f "$d/started-at" ]; then
   p=$(cat "$d/pid" 2>/dev/null)
@@ -108,7 +114,16 @@ exit %[10]d`,
 func ParseStatus(res container.ExecResult) (Status, error) {
 	switch res.ExitCode {
 	case statusExitSucceeded:
-		return Status{State: StateSucceeded}, nil
+		// How long it ran, when the node still has its start: a node that rebooted may not.
+		s := Status{State: StateSucceeded}
+		if out := strings.TrimSpace(string(res.Stdout)); out != "" {
+			seconds, err := strconv.Atoi(out)
+			if err != nil {
+				return Status{}, fmt.Errorf("failed to read the bootstrap's running time %q: %w", res.Stdout, err)
+			}
+			s.Elapsed, s.Timed = time.Duration(seconds)*time.Second, true
+		}
+		return s, nil
 	case statusExitNotStarted:
 		return Status{State: StateNotStarted}, nil
 	case statusExitBooting:
@@ -231,6 +246,7 @@ step() {
 	}
 	// The inputs hold the bootstrap data, its token too: they go once the steps have run.
 	b.WriteString(`rm -f "$d"/*.stdin` + "\n")
+	b.WriteString(`date +%s > "$d/finished-at"` + "\n")
 	return []byte(b.String())
 }
 

@@ -78,7 +78,10 @@ func TestCheck(t *testing.T) {
 		want    Status
 		wantErr string
 	}{
-		{name: "sentinel", res: container.ExecResult{ExitCode: 0}, want: Status{State: StateSucceeded}},
+		{name: "sentinel, start unknown", res: container.ExecResult{ExitCode: 0}, want: Status{State: StateSucceeded}},
+		{name: "sentinel, ran 7s", res: container.ExecResult{ExitCode: 0, Stdout: []byte("7\n")}, want: Status{State: StateSucceeded, Elapsed: 7 * time.Second, Timed: true}},
+		{name: "sentinel, ran within a second", res: container.ExecResult{ExitCode: 0, Stdout: []byte("0\n")}, want: Status{State: StateSucceeded, Timed: true}},
+		{name: "sentinel, garbled time", res: container.ExecResult{ExitCode: 0, Stdout: []byte("x")}, wantErr: "running time"},
 		{name: "nothing ran", res: container.ExecResult{ExitCode: 80}, want: Status{State: StateNotStarted}},
 		{name: "runner gone without a result", res: container.ExecResult{ExitCode: 81}, want: Status{State: StateInterrupted}},
 		{name: "systemd not up", res: container.ExecResult{ExitCode: 82}, want: Status{State: StateBooting}},

@@ -21,6 +21,8 @@ import (
 	"github.com/moby/moby/api/types/events"
 	dockernetwork "github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/capdmp/capdmp/internal/metrics"
 )
 
 const (
@@ -79,10 +81,19 @@ func (d *Docker) Close() error {
 	return d.client.Close()
 }
 
-// call counts a request to the engine and returns its context, bounded by CallTimeout.
+// call counts a request to the engine and returns its context, bounded by CallTimeout, and the
+// function that ends it and records its duration.
 func (d *Docker) call(ctx context.Context, operation string) (context.Context, context.CancelFunc) {
 	d.Count(operation)
-	return context.WithTimeout(ctx, cmp.Or(d.CallTimeout, DefaultCallTimeout))
+	observed := metrics.ObserveDockerRequest(operation)
+	callCtx, cancel := context.WithTimeout(ctx, cmp.Or(d.CallTimeout, DefaultCallTimeout))
+	return callCtx, func() { observed(); cancel() }
+}
+
+// countStream counts a request whose response is a stream: only ctx bounds it, and it is not timed.
+func (d *Docker) countStream(operation string) {
+	d.Count(operation)
+	metrics.DockerRequests.WithLabelValues(operation).Inc()
 }
 
 // unavailable marks err as ErrEngineUnavailable when the engine could not be reached or did not
@@ -272,7 +283,7 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 	}
 
 	// The attached stream lasts as long as the command: only ctx bounds it.
-	d.Count("ExecAttach")
+	d.countStream("ExecAttach")
 	attached, err := d.client.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("failed to attach to exec %q in container %q: %w", cmd[0], containerName, d.unavailable(ctx, err))
@@ -361,7 +372,7 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 	for _, a := range []events.Action{events.ActionCreate, events.ActionStart, events.ActionDie, events.ActionDestroy} {
 		filters.Add("event", string(a))
 	}
-	d.Count("Events")
+	d.countStream("Events")
 	stream := d.client.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(since.Unix(), 10), Filters: filters})
 	changes := make(chan Event)
 	errs := make(chan error, 1)
@@ -436,7 +447,7 @@ func (d *Docker) SaveImages(ctx context.Context, images []string) (io.ReadCloser
 			return nil, fmt.Errorf("failed to save images: %w", imageNotFound(image))
 		}
 	}
-	d.Count("ImageSave")
+	d.countStream("ImageSave")
 	r, err := d.client.ImageSave(ctx, images)
 	if err != nil {
 		return nil, fmt.Errorf("failed to save images %v: %w", images, err)

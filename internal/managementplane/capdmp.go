@@ -35,17 +35,21 @@ type ManagerOptions struct {
 	// Kubeconfig is where the manager's credentials are written; beside the API server's admin
 	// kubeconfig when empty.
 	Kubeconfig string
+	// Metrics serves the manager's metrics on a free loopback port (MetricsURL); off when false.
+	Metrics bool
 }
 
 // Manager is the CAPDMP manager running as a process of its own against the management API
-// server, with the flags config/manager ships but leader election and metrics, and its webhooks
-// served on a local port with the API server's webhook certificate.
+// server, with the flags config/manager ships but leader election (and metrics unless asked
+// for), and its webhooks served on a local port with the API server's webhook certificate.
 type Manager struct {
 	o           ManagerOptions
 	server      *APIServer
 	webhookAddr string
 	// healthAddr serves its readiness probe, with NoWebhooks.
 	healthAddr string
+	// metricsAddr serves its metrics, with Metrics.
+	metricsAddr string
 	// kubeconfig holds the credentials of the manager's ServiceAccount, bound to the shipped RBAC.
 	kubeconfig string
 
@@ -92,10 +96,25 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 			return nil, err
 		}
 	}
+	if o.Metrics {
+		port, err := freePort(ctx, "127.0.0.1")
+		if err != nil {
+			return nil, fmt.Errorf("finding a port for the CAPDMP manager's metrics: %w", err)
+		}
+		m.metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
 	if err := m.Start(ctx); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// MetricsURL is where the manager serves its metrics; empty unless ManagerOptions.Metrics.
+func (m *Manager) MetricsURL() string {
+	if m.metricsAddr == "" {
+		return ""
+	}
+	return "http://" + m.metricsAddr + "/metrics"
 }
 
 // Start starts the manager process unless it runs, and waits for its webhook server (or, with
@@ -106,7 +125,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.cmd != nil {
 		return errors.New("the CAPDMP manager is already running")
 	}
-	args := []string{"--leader-elect=false", "--metrics-bind-address=0", "--docker-network=" + m.o.DockerNetwork, "--v=2"}
+	args := []string{"--leader-elect=false", "--metrics-bind-address=" + cmp.Or(m.metricsAddr, "0"), "--docker-network=" + m.o.DockerNetwork, "--v=2"}
 	if m.o.NoWebhooks {
 		args = append(args, "--enable-webhooks=false", "--health-probe-bind-address="+m.healthAddr)
 	} else {

@@ -152,8 +152,8 @@ func TestFaultUpdateConflicts(t *testing.T) {
 // startManagerProcess builds the manager and runs it as a process of its own, as a management
 // cluster's Pod would, with the ServiceAccount and RBAC CAPDMP ships (a missing permission fails)
 // and CAPDMP's reconcilers out of the in-process manager for the rest of the test; it is killed
-// at the end.
-func startManagerProcess(t *testing.T) *managementplane.Manager {
+// at the end. With metrics it serves its metrics (Manager.MetricsURL).
+func startManagerProcess(t *testing.T, metrics bool) *managementplane.Manager {
 	t.Helper()
 	g := NewWithT(t)
 	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "faults")
@@ -172,6 +172,7 @@ func startManagerProcess(t *testing.T) *managementplane.Manager {
 		Binary: binary, DockerNetwork: container.HostNetwork, Log: log, NoWebhooks: true,
 		Kubeconfig: filepath.Join(dir, "kubeconfig"),
 		Args:       []string{"--container-sync-period=" + defaultManager.containerSyncPeriod.String()},
+		Metrics:    metrics,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(m.Kill)
@@ -215,7 +216,7 @@ func TestFaultManagerKilled(t *testing.T) {
 	}
 	t.Logf("seed %d (CAPDMP_FAULTS_SEED=%d replays the timing of the kills)", seed, seed)
 	random := rand.New(rand.NewPCG(seed, seed)) //nolint:gosec // moments of a test, not secrets
-	p := startManagerProcess(t)
+	p := startManagerProcess(t, false)
 
 	var (
 		mu          sync.Mutex

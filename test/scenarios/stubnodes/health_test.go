@@ -49,7 +49,7 @@ func (c *testCluster) remediationEvents() int {
 func TestPoolMachineHealthCheck(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	startManagerProcess(t)
+	startManagerProcess(t, false)
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2})
 	c.waitForReady(2, v131, 2*time.Minute)
 	c.createHealthCheck(clusterv1.MachineHealthCheckChecks{
