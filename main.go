@@ -52,6 +52,7 @@ type options struct {
 	watchNamespace      string
 	poolConcurrency     int
 	machineConcurrency  int
+	createConcurrency   int
 	allowedHostPaths    []string
 	logOptions          *logs.Options
 }
@@ -70,6 +71,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace the manager watches; all namespaces when empty (clusterctl's multi-tenancy contract).")
 	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", 10, "Number of DockerMachinePools reconciled at once.")
 	fs.IntVar(&o.machineConcurrency, "dockermachinepoolmachine-concurrency", 10, "Number of DockerMachinePoolMachines reconciled (bootstrapped) at once.")
+	fs.IntVar(&o.createConcurrency, "container-create-concurrency", controllers.DefaultMaxConcurrentCreates, "Number of containers a DockerMachinePool creates at once.")
 	fs.StringSliceVar(&o.allowedHostPaths, hostpath.Flag, hostpath.DefaultAllowed,
 		"Host paths (absolute, clean, comma-separated) at or below which DockerMachinePools' extraMounts may mount; none by default. Node containers are privileged: whoever may create a pool is root over what is listed. "+
 			"/, the Docker sockets, /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/docker, /var/lib/containerd and /var/lib/kubelet are never allowed.")
@@ -175,14 +177,15 @@ func run(ctx context.Context, o *options) error {
 	}
 
 	if err := (&controllers.DockerMachinePoolReconciler{
-		Client:              mgr.GetClient(),
-		APIReader:           mgr.GetAPIReader(),
-		ClusterCache:        clusterCache,
-		Runtime:             runtimeEngine,
-		Network:             o.dockerNetwork,
-		ContainerSyncPeriod: o.containerSyncPeriod,
-		WatchFilterValue:    o.watchFilterValue,
-		HostPaths:           hostPaths,
+		Client:               mgr.GetClient(),
+		APIReader:            mgr.GetAPIReader(),
+		ClusterCache:         clusterCache,
+		Runtime:              runtimeEngine,
+		Network:              o.dockerNetwork,
+		ContainerSyncPeriod:  o.containerSyncPeriod,
+		WatchFilterValue:     o.watchFilterValue,
+		HostPaths:            hostPaths,
+		MaxConcurrentCreates: o.createConcurrency,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.poolConcurrency}); err != nil {
 		return err
 	}

@@ -38,6 +38,10 @@ const DefaultNetwork = "kind"
 // goes unnoticed. Everything else is driven by watches.
 const DefaultContainerSyncPeriod = time.Minute
 
+// DefaultMaxConcurrentCreates is how many containers a pool creates at once by default: enough to
+// keep a local engine busy, few enough not to flood it.
+const DefaultMaxConcurrentCreates = 5
+
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepools;dockermachinepools/status;dockermachinepools/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinepools,verbs=get;list;watch
@@ -73,6 +77,9 @@ type DockerMachinePoolReconciler struct {
 	// container is created (the webhook's check may have run under another policy, or not at
 	// all); the zero Policy is the default one.
 	HostPaths hostpath.Policy
+	// MaxConcurrentCreates bounds the containers a pool creates at once;
+	// DefaultMaxConcurrentCreates when zero.
+	MaxConcurrentCreates int
 
 	recorder      record.EventRecorder
 	controlPlanes external.ObjectTracker
@@ -311,6 +318,13 @@ func (r *DockerMachinePoolReconciler) network() string {
 		return DefaultNetwork
 	}
 	return r.Network
+}
+
+func (r *DockerMachinePoolReconciler) maxConcurrentCreates() int {
+	if r.MaxConcurrentCreates <= 0 {
+		return DefaultMaxConcurrentCreates
+	}
+	return r.MaxConcurrentCreates
 }
 
 func (r *DockerMachinePoolReconciler) clock() time.Time {

@@ -66,10 +66,7 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 		seen[c.Name] = true
 		s.instances = append(s.instances, &instance{container: c, machine: machines[c.Name], owner: owners[c.Name]})
 	}
-	// Oldest first: scale-down walks from the end for "newest".
-	sort.SliceStable(s.instances, func(a, b int) bool {
-		return s.instances[a].container.CreatedAt.Before(s.instances[b].container.CreatedAt)
-	})
+	s.sortInstances()
 
 	s.orphanMachines = s.orphanMachines[:0]
 	for name, m := range machines {
@@ -91,4 +88,12 @@ func ownedByPool(obj client.Object, pool *infrav1.DockerMachinePool) bool {
 		}
 	}
 	return false
+}
+
+// sortInstances puts the instances oldest first, the order the status lists them in; scale-down
+// walks from the end for the newest.
+func (s *poolScope) sortInstances() {
+	sort.SliceStable(s.instances, func(a, b int) bool {
+		return s.instances[a].container.CreatedAt.Before(s.instances[b].container.CreatedAt)
+	})
 }

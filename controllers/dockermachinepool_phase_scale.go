@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	pkgerrors "github.com/pkg/errors"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/klog/v2"
@@ -158,6 +160,14 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Containers are created a few at a time: each create is several engine requests that wait
+	// on the engine, not on this process. After a failure no further create starts.
+	var (
+		mu     sync.Mutex
+		failed bool
+	)
+	creates := errgroup.Group{}
+	creates.SetLimit(r.maxConcurrentCreates())
 	for range plan.count {
 		name := names.SimpleNameGenerator.GenerateName(s.pool.Name + "-")
 		spec := container.NodeSpec(container.NodeSpecInput{
@@ -175,34 +185,71 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 			},
 			ExtraMounts: mountsOf(s.pool.Spec.Template.ExtraMounts),
 		})
-		log.Info("Creating container", "container", name, "image", plan.image, "version", plan.version)
-		c, err := r.Runtime.Create(ctx, spec)
-		if err != nil {
-			reason := infrav1.ContainerCreateFailedReason
-			switch {
-			case pkgerrors.Is(err, container.ErrImageNotFound):
-				reason = infrav1.ImageNotFoundReason
-			case pkgerrors.Is(err, container.ErrEngineUnavailable):
-				reason = infrav1.EngineUnavailableReason
+		creates.Go(func() error {
+			mu.Lock()
+			stop := failed
+			mu.Unlock()
+			if stop {
+				return nil
 			}
-			plan.blockedReason, plan.blockedMessage = reason, err.Error()
+			inst, err := r.createInstance(ctx, s, spec, plan.version)
+			mu.Lock()
+			defer mu.Unlock()
+			if inst != nil {
+				s.instances = append(s.instances, inst)
+			}
+			if err != nil && !failed {
+				failed = true
+				if inst == nil {
+					// The container itself failed: say why no more are made now.
+					plan.blockedReason, plan.blockedMessage = createFailureReason(err), err.Error()
+				}
+			}
+			return err
+		})
+	}
+	err = creates.Wait()
+	s.sortInstances()
+	if err != nil {
+		if plan.blockedReason != "" {
 			setMachinesCreated(s, plan)
-			r.eventf(s.pool, corev1.EventTypeWarning, reason, "Failed to create container %s: %v", name, err)
-			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create container %s", name)
 		}
-		r.eventf(s.pool, corev1.EventTypeNormal, "ContainerCreated", "Created container %s of %s", name, plan.version)
-		inst := &instance{container: c}
-		s.instances = append(s.instances, inst)
-		m := newMachinePoolMachine(s, c.Name, c.Labels)
-		if err := r.Client.Create(ctx, m); err != nil {
-			return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m))
-		}
-		inst.machine = m
+		return ctrl.Result{}, err
 	}
 	s.creation = creationPlan{}
 	r.pauseFinished(s, plan)
 	setMachinesCreated(s, creationPlan{})
 	return ctrl.Result{}, nil
+}
+
+// createInstance creates one container and its DockerMachinePoolMachine. It returns the instance
+// when the container was made, even if its machine was not (the next reconcile adopts it).
+func (r *DockerMachinePoolReconciler) createInstance(ctx context.Context, s *poolScope, spec container.Spec, version string) (*instance, error) {
+	ctrl.LoggerFrom(ctx).Info("Creating container", "container", spec.Name, "image", spec.Image, "version", version)
+	c, err := r.Runtime.Create(ctx, spec)
+	if err != nil {
+		r.eventf(s.pool, corev1.EventTypeWarning, createFailureReason(err), "Failed to create container %s: %v", spec.Name, err)
+		return nil, pkgerrors.Wrapf(err, "failed to create container %s", spec.Name)
+	}
+	r.eventf(s.pool, corev1.EventTypeNormal, "ContainerCreated", "Created container %s of %s", spec.Name, version)
+	inst := &instance{container: c}
+	m := newMachinePoolMachine(s, c.Name, c.Labels)
+	if err := r.Client.Create(ctx, m); err != nil {
+		return inst, pkgerrors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m))
+	}
+	inst.machine = m
+	return inst, nil
+}
+
+// createFailureReason is the MachinesCreated reason of a failed container create.
+func createFailureReason(err error) string {
+	switch {
+	case pkgerrors.Is(err, container.ErrImageNotFound):
+		return infrav1.ImageNotFoundReason
+	case pkgerrors.Is(err, container.ErrEngineUnavailable):
+		return infrav1.EngineUnavailableReason
+	}
+	return infrav1.ContainerCreateFailedReason
 }
 
 // pauseFinished forgets a pause once a container of the admitted target was created with data
