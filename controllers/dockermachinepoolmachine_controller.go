@@ -43,9 +43,19 @@ const nodeBootRequeue = time.Second
 // the data Secret has no watch here; the pool has it re-rendered.
 const unreadableDataRequeue = 10 * time.Second
 
-// bootstrapPollInterval is how often a running bootstrap is looked at: a kubeadm join takes tens
-// of seconds, and each look is one exec.
-const bootstrapPollInterval = 3 * time.Second
+// A running bootstrap is looked at soon after its start, then less often as it runs on, up to
+// bootstrapPollInterval: a join can be over in a second, or take tens of seconds, and each look is
+// one exec.
+const (
+	firstBootstrapPoll    = 500 * time.Millisecond
+	bootstrapPollInterval = 3 * time.Second
+)
+
+// bootstrapPollAfter is when to look again at a bootstrap that has run for elapsed: after half
+// as long again, within [firstBootstrapPoll, bootstrapPollInterval].
+func bootstrapPollAfter(elapsed time.Duration) time.Duration {
+	return min(max(elapsed/2, firstBootstrapPoll), bootstrapPollInterval)
+}
 
 // +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines;dockermachinepoolmachines/status;dockermachinepoolmachines/finalizers,verbs=get;list;watch;update;patch
 
@@ -342,7 +352,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 	markBootstrapping(machine, bootstrapTimeoutOf(pool))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)
-	return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
+	return ctrl.Result{RequeueAfter: bootstrapPollAfter(0)}, nil
 }
 
 // followBootstrap waits for a running bootstrap and stops it once it exceeds the pool's
@@ -353,7 +363,7 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	if status.Elapsed <= timeout {
 		markBootstrapping(machine, timeout)
 		ctrl.LoggerFrom(ctx).V(4).Info("Bootstrap running", "container", machine.Name, "elapsed", status.Elapsed)
-		return ctrl.Result{RequeueAfter: bootstrapPollInterval}, nil
+		return ctrl.Result{RequeueAfter: bootstrapPollAfter(status.Elapsed)}, nil
 	}
 	if err := bootstrap.Stop(ctx, r.Runtime, machine.Name); err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to stop the bootstrap of container %s after %s", machine.Name, timeout)

@@ -56,11 +56,15 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 		containerVersion string
 	}{
 		{name: "fresh container: starts the bootstrap and comes back to follow it", status: container.ExecResult{ExitCode: 80},
-			wantReason: infrav1.BootstrappingReason, wantStarted: true, wantRequeue: bootstrapPollInterval},
+			wantReason: infrav1.BootstrappingReason, wantStarted: true, wantRequeue: 500 * time.Millisecond},
 		{name: "already bootstrapped (sentinel): not run again", status: container.ExecResult{ExitCode: 0},
 			wantProvisioned: true, wantReason: infrav1.ContainerProvisionedReason},
 		{name: "a bootstrap that runs (a restarted controller finds it): waits, starts nothing", status: running("42"),
-			wantReason: infrav1.BootstrappingReason, wantMessage: "stopped if it runs longer than 3m0s", wantRequeue: bootstrapPollInterval},
+			wantReason: infrav1.BootstrappingReason, wantMessage: "stopped if it runs longer than 3m0s", wantRequeue: 3 * time.Second},
+		{name: "a bootstrap that has just started: looked at again soon", status: running("1"),
+			wantReason: infrav1.BootstrappingReason, wantRequeue: 500 * time.Millisecond},
+		{name: "a bootstrap that has run 4s: looked at again in 2s", status: running("4"),
+			wantReason: infrav1.BootstrappingReason, wantRequeue: 2 * time.Second},
 		{name: "a bootstrap past the pool's timeout: stopped, failed with the step it was in",
 			status:      running("181"),
 			afterStop:   container.ExecResult{ExitCode: 84, Stdout: []byte("stopped\nruncmd[1]\n[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap\n")},
@@ -111,10 +115,9 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 						return tt.afterStop, nil
 					}
 					return tt.status, nil
-				case containsArg(cmd, "run.sh") && !containsArg(cmd, "setsid") && stdin != nil:
-					runner = stdin
 				case containsArg(cmd, "setsid"):
-					launched = true
+					// The staging archive, with the runner, arrives on the launch's stdin.
+					launched, runner = true, stdin
 				case containsArg(cmd, "kill -TERM"):
 					stopped = true
 				}
