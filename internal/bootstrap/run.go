@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -171,35 +172,53 @@ func Check(ctx context.Context, e Execer, node string) (Status, error) {
 // Start stages the commands in the node and starts them there, detached: it returns once they
 // run, and Check follows them. A bootstrap takes minutes; it must not hold a controller worker
 // that long, nor die with the controller. Call it only on a node that Check finds NotStarted:
-// staging wipes an earlier staging that was never started.
+// staging wipes an earlier staging that was never started. It is one exec: the runner and each
+// step's stdin arrive as an archive on its stdin.
 func Start(ctx context.Context, e Execer, node string, cmds []Command) error {
-	prepare := fmt.Sprintf(`rm -rf %[1]s && mkdir -p %[1]s && chmod 0700 %[1]s`, runDir)
-	if err := execOK(ctx, e, node, "prepare "+runDir, []string{"/bin/sh", "-c", prepare}, nil); err != nil {
-		return err
-	}
-	// Stdin goes to files, never into the script: it is bootstrap data of any bytes.
-	for i, c := range cmds {
-		if c.Stdin == nil {
-			continue
-		}
-		path := fmt.Sprintf("%s/%d.stdin", runDir, i)
-		if err := execOK(ctx, e, node, "stage the input of "+c.Step, []string{"/bin/sh", "-c", `cat > "$1"`, "capdmp-stage", path}, c.Stdin); err != nil {
-			return err
-		}
-	}
-	if err := execOK(ctx, e, node, "stage the runner", []string{"/bin/sh", "-c", `cat > "$1"`, "capdmp-stage", runDir + "/run.sh"}, runnerScript(cmds)); err != nil {
-		return err
+	archive, err := stagingArchive(cmds)
+	if err != nil {
+		return fmt.Errorf("failed to stage the bootstrap of %s: %w", node, err)
 	}
 	// setsid makes the runner a process group that Stop can end as a whole; its output goes to
 	// files so that this exec returns at once. The start time is written before the runner
 	// exists: from then on Check never reports NotStarted, and Start is never run twice.
-	launch := fmt.Sprintf(`d=%s
+	script := fmt.Sprintf(`d=%s
+rm -rf "$d" && mkdir -p "$d" && chmod 0700 "$d" && tar -x -C "$d" -f - || exit 1
 date +%%s > "$d/started-at"
 if command -v setsid >/dev/null 2>&1; then setsid /bin/sh "$d/run.sh" </dev/null >/dev/null 2>&1 &
 else /bin/sh "$d/run.sh" </dev/null >/dev/null 2>&1 &
 fi
 echo $! > "$d/pid"`, runDir)
-	return execOK(ctx, e, node, "start the bootstrap", []string{"/bin/sh", "-c", launch}, nil)
+	return execOK(ctx, e, node, "stage and start the bootstrap", []string{"/bin/sh", "-c", script}, archive)
+}
+
+// stagingArchive is the tar archive Start unpacks in runDir: each step's stdin as <i>.stdin (it
+// is bootstrap data of any bytes, never part of a script) and the runner as run.sh.
+func stagingArchive(cmds []Command) ([]byte, error) {
+	var buf bytes.Buffer
+	w := tar.NewWriter(&buf)
+	add := func(name string, content []byte) error {
+		if err := w.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		_, err := w.Write(content)
+		return err
+	}
+	for i, c := range cmds {
+		if c.Stdin == nil {
+			continue
+		}
+		if err := add(fmt.Sprintf("%d.stdin", i), c.Stdin); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("run.sh", runnerScript(cmds)); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Stop ends a running bootstrap: it kills the runner's process group and records the bootstrap as

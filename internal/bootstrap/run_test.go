@@ -1,7 +1,10 @@
 package bootstrap
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -27,39 +30,33 @@ func TestStart(t *testing.T) {
 		return rt
 	}
 
-	t.Run("stages every input as a file and the steps as a runner, then starts it", func(t *testing.T) {
+	t.Run("stages every input as a file and the steps as a runner, and starts it, in one exec", func(t *testing.T) {
 		g := NewWithT(t)
 		rt := newNode(g, nil)
 		g.Expect(Start(ctx, rt, "n1", cmds)).To(Succeed())
 		execs := rt.Execs()
-		g.Expect(execs).To(HaveLen(5), "prepare, two inputs, the runner, the launch")
-		g.Expect(execs[0].Cmd[2]).To(ContainSubstring("rm -rf " + runDir))
-		g.Expect(execs[1].Cmd[4]).To(Equal(runDir + "/1.stdin"))
-		g.Expect(execs[1].Stdin).To(Equal([]byte("input")))
-		g.Expect(execs[2].Cmd[4]).To(Equal(runDir + "/2.stdin"))
-		g.Expect(execs[2].Stdin).To(Equal([]byte{}))
-		g.Expect(execs[3].Cmd[4]).To(Equal(runDir + "/run.sh"))
-		runner := string(execs[3].Stdin)
+		g.Expect(execs).To(HaveLen(1))
+		script := execs[0].Cmd[2]
+		g.Expect(script).To(ContainSubstring("rm -rf"))
+		g.Expect(script).To(ContainSubstring(runDir))
+		g.Expect(script).To(ContainSubstring("tar -x"))
+		g.Expect(strings.Index(script, "tar -x")).To(BeNumerically("<", strings.Index(script, "setsid")), "staged before it starts")
+		g.Expect(strings.Join(execs[0].Cmd, " ")).ToNot(ContainSubstring("input"), "bootstrap data is never an argument")
+
+		staged := untar(g, execs[0].Stdin)
+		g.Expect(staged).To(Equal(map[string]string{"1.stdin": "input", "2.stdin": "", "run.sh": staged["run.sh"]}))
+		runner := staged["run.sh"]
 		g.Expect(runner).To(ContainSubstring(`step 0 'first' 'a' 'it'\''s $HOME'` + "\n"))
 		g.Expect(runner).To(ContainSubstring("step 1 'second line' 'b'\n"), "a step name stays on one line of the report")
 		g.Expect(runner).To(ContainSubstring("step 2 'third' 'c'\n"))
-		g.Expect(execs[4].Cmd[2]).To(ContainSubstring("setsid"))
-		g.Expect(execs[4].Stdin).To(BeNil())
-		for _, e := range execs {
-			g.Expect(strings.Join(e.Cmd, " ")).ToNot(ContainSubstring("input"), "bootstrap data is never an argument of a staging exec")
-		}
 	})
 
-	t.Run("a staging exec that fails stops the start before the launch", func(t *testing.T) {
+	t.Run("a staging that fails is the start's error", func(t *testing.T) {
 		g := NewWithT(t)
-		rt := newNode(g, func(_ container.Container, cmd []string, _ []byte) (container.ExecResult, error) {
-			if len(cmd) > 4 && strings.HasSuffix(cmd[4], "run.sh") {
-				return container.ExecResult{ExitCode: 1, Stderr: []byte("No space left on device")}, nil
-			}
-			return container.ExecResult{}, nil
+		rt := newNode(g, func(_ container.Container, _ []string, _ []byte) (container.ExecResult, error) {
+			return container.ExecResult{ExitCode: 1, Stderr: []byte("tar: write error: No space left on device")}, nil
 		})
 		g.Expect(Start(ctx, rt, "n1", cmds)).To(MatchError(ContainSubstring("No space left on device")))
-		g.Expect(rt.Execs()).To(HaveLen(4))
 	})
 
 	t.Run("a node that stopped is the runtime's typed error", func(t *testing.T) {
@@ -118,5 +115,22 @@ func TestCheck(t *testing.T) {
 			g.Expect(err).ToNot(HaveOccurred())
 			g.Expect(status).To(Equal(tt.want))
 		})
+	}
+}
+
+// untar reads a staging archive's files.
+func untar(g Gomega, archive []byte) map[string]string {
+	files := map[string]string{}
+	r := tar.NewReader(bytes.NewReader(archive))
+	for {
+		h, err := r.Next()
+		if err == io.EOF {
+			return files
+		}
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(h.Mode).To(BeEquivalentTo(0o600), h.Name)
+		content, err := io.ReadAll(r)
+		g.Expect(err).ToNot(HaveOccurred())
+		files[h.Name] = string(content)
 	}
 }
