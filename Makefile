@@ -27,7 +27,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
-	go vet -tags e2e,e2e_local ./test/e2e/... ./test/smoke/... ./test/scenarios/realnodes/...
+	go vet -tags e2e,e2e_local,bench ./test/e2e/... ./test/smoke/... ./test/scenarios/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
@@ -36,8 +36,8 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 		echo "the manager (main.go, the image's binary) links the test packages above"; exit 1; fi
 
 .PHONY: lint
-lint: ## Run golangci-lint (build-tagged e2e and real-tier code included)
-	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local ./...
+lint: ## Run golangci-lint (build-tagged e2e, real-tier and bench code included)
+	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench ./...
 
 .PHONY: manifests
 manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
@@ -72,6 +72,12 @@ test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker eng
 test-faults: envtest-binaries docker-engine ## Run the fault tests alone: manager killed, conflicts, API server frozen and restarted, hung bootstrap, engine restarted, clusterctl move
 	hack/host-packages.sh test
 	go test $(GO_TEST_FLAGS) -count=1 -v -run '^TestFault' ./test/scenarios/stubnodes/
+
+.PHONY: bench
+bench: envtest-binaries docker-engine ## CAPDMP beside the Docker engine alone, gate re-open latency, cost at scale: _artifacts/bench/{results.json,chart.svg} (docs/benchmarks.md)
+	hack/host-packages.sh test
+	mkdir -p _artifacts/bench
+	go test -tags bench $(GO_TEST_FLAGS) -count=1 -v -run '^TestBench$$' ./test/scenarios/stubnodes/ | tee _artifacts/bench/bench.log | grep -E '^(bench:|--- FAIL|FAIL|ok)'
 
 FUZZTIME ?= 30s
 

@@ -356,6 +356,8 @@ func (d *Docker) Delete(ctx context.Context, containerName string) error {
 // Event is a change of a container: created, started, stopped or destroyed.
 type Event struct {
 	ID string
+	// Action is the engine's name of the change: create, start, die or destroy.
+	Action string
 	// At is when the engine made the change.
 	At time.Time
 }
@@ -382,7 +384,7 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 			select {
 			case m := <-stream.Messages:
 				select {
-				case changes <- Event{ID: m.Actor.ID, At: time.Unix(0, m.TimeNano)}:
+				case changes <- Event{ID: m.Actor.ID, Action: string(m.Action), At: time.Unix(0, m.TimeNano)}:
 				case <-ctx.Done():
 					errs <- ctx.Err()
 					return

@@ -294,12 +294,12 @@ func TestDockerIntegration(t *testing.T) {
 			case c := <-changes:
 				g.Expect(c.At).To(BeTemporally(">=", since))
 				g.Expect(c.At).To(BeTemporally("<=", time.Now()))
-				got = append(got, c.ID)
+				got = append(got, c.ID+" "+c.Action)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("got %d of 4 events: %v", len(got), got)
 			}
 		}
-		g.Expect(got).To(Equal([]string{w.ID, w.ID, w.ID, w.ID}))
+		g.Expect(got).To(Equal([]string{w.ID + " create", w.ID + " start", w.ID + " die", w.ID + " destroy"}))
 		g.Consistently(changes, time.Second).ShouldNot(Receive())
 
 		cancel()

@@ -138,6 +138,8 @@ type managerConfig struct {
 	wrapClient func(client.Client) client.Client
 	// engine is the engine CAPDMP's reconcilers use; the suite's when nil.
 	engine *container.Docker
+	// tokenTTL is CABPK's bootstrap token TTL; the suite's short one when zero.
+	tokenTTL time.Duration
 }
 
 // defaultManager: a short sync period, so that tests which remove containers by hand see them
@@ -200,7 +202,7 @@ func runManager(apiServer *managementplane.APIServer, cfg managerConfig) (func()
 		capdmpClient = cfg.wrapClient(capdmpClient)
 	}
 	setups := []func() error{
-		func() error { return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, tokenTTL) },
+		func() error { return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, cmp.Or(cfg.tokenTTL, tokenTTL)) },
 	}
 	if !cfg.capdmpOutOfProcess {
 		setups = append(setups,

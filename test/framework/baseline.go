@@ -1,0 +1,131 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/container"
+)
+
+// EngineBaseline is the benchmarks' baseline: the Docker engine alone makes nodes as a pool
+// would, with the same run options, image and bootstrap commands, without a controller. What it
+// takes is the physical limit of the engine and the nodes here.
+type EngineBaseline struct {
+	Engine *container.Docker
+	// Network is the nodes' Docker network.
+	Network string
+	// Concurrency is how many nodes are made at once: the pool's bootstrap concurrency.
+	Concurrency int
+	// Labels mark the baseline's containers.
+	Labels map[string]string
+}
+
+// Milestones of making nodes, from the call.
+type Milestones struct {
+	// Running is when the last container ran.
+	Running time.Duration
+	// Joined is when the last bootstrap finished: every node registered.
+	Joined time.Duration
+	// Done is when every node was made and every node it replaces was removed.
+	Done time.Duration
+}
+
+// MakeNodes creates and starts a container per name from image, waits for each to boot (systemd
+// and containerd on a real node; nothing on a stub), and runs data's bootstrap commands in it,
+// as CAPDMP runs them. After node i is made, replace(i) runs when not nil: a rollout removes an
+// old node there.
+func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, image string, names []string, replace func(i int) error) (Milestones, error) {
+	start := time.Now()
+	var (
+		mu             sync.Mutex
+		m              Milestones
+		running, added int
+	)
+	nodes := errgroup.Group{}
+	nodes.SetLimit(e.Concurrency)
+	for i, name := range names {
+		nodes.Go(func() error {
+			spec := container.NodeSpec(container.NodeSpecInput{Name: name, Image: image, ClusterName: "capdmp-baseline", Network: e.Network, Labels: e.Labels})
+			if _, err := e.Engine.Create(ctx, spec); err != nil {
+				return err
+			}
+			mu.Lock()
+			if running++; running == len(names) {
+				m.Running = time.Since(start)
+			}
+			mu.Unlock()
+			if err := e.bootstrap(ctx, data, name); err != nil {
+				return err
+			}
+			mu.Lock()
+			if added++; added == len(names) {
+				m.Joined = time.Since(start)
+			}
+			mu.Unlock()
+			if replace != nil {
+				return replace(i)
+			}
+			return nil
+		})
+	}
+	err := nodes.Wait()
+	m.Done = time.Since(start)
+	return m, err
+}
+
+// bootstrap waits for the node to boot, then runs the bootstrap commands one after the other.
+func (e EngineBaseline) bootstrap(ctx context.Context, data *bootstrap.Data, name string) error {
+	for {
+		status, err := bootstrap.Check(ctx, e.Engine, name)
+		if err != nil {
+			return err
+		}
+		if status.State != bootstrap.StateBooting {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
+	if err != nil {
+		return err
+	}
+	for _, cmd := range cmds {
+		var stdin io.Reader
+		if cmd.Stdin != nil {
+			stdin = bytes.NewReader(cmd.Stdin)
+		}
+		res, err := e.Engine.Exec(ctx, name, cmd.Argv, stdin)
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("%s in %s exited with code %d: %s", cmd.Step, name, res.ExitCode, bootstrap.Redact(string(res.Stderr)))
+		}
+	}
+	return nil
+}
+
+// Remove removes the baseline's containers.
+func (e EngineBaseline) Remove(ctx context.Context) error {
+	left, err := e.Engine.List(ctx, e.Labels)
+	if err != nil {
+		return err
+	}
+	removals := errgroup.Group{}
+	removals.SetLimit(e.Concurrency)
+	for _, c := range left {
+		removals.Go(func() error { return e.Engine.Delete(ctx, c.Name) })
+	}
+	return removals.Wait()
+}

@@ -1,0 +1,492 @@
+//go:build bench
+
+package stubnodes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/test/testenv"
+	"github.com/capdmp/capdmp/pkg/skew"
+	"github.com/capdmp/capdmp/test/framework"
+	"github.com/capdmp/capdmp/test/stubnode"
+)
+
+// The bench driver (`make bench`, docs/benchmarks.md) compares systems in one run on the suite's
+// API servers, engine and stub node images, and prints each figure as a ratio: the machine is
+// shared, and only figures taken side by side compare. It times and never fails on time; it fails
+// when a system does not do what it is timed doing.
+
+// benchConcurrency is how many bootstraps the baseline runs at once: the machine reconciler's
+// MaxConcurrentReconciles in runManager.
+const benchConcurrency = 5
+
+// benchPoll is how often the driver looks for a milestone.
+const benchPoll = 100 * time.Millisecond
+
+// benchLabel marks the baseline's containers.
+const benchLabel = "test.capdmp.dev/bench"
+
+// comparison is one figure measured for several systems in the same run.
+type comparison struct {
+	Figure string `json:"figure"`
+	// Seconds by system: capdmp, engine (the Docker engine alone: the physical limit here).
+	Seconds map[string]float64 `json:"seconds"`
+	// Ratio is capdmp's seconds over the engine's, when both were measured.
+	Ratio float64 `json:"capdmpOverEngine,omitempty"`
+}
+
+// latencies are the gate's re-open latencies over the trials.
+type latencies struct {
+	Trials int `json:"trials"`
+	// ToCreate and ToStart are from the control plane's status.versions reaching the target to
+	// the engine's create and start events of the first container of the target.
+	ToCreate quantiles `json:"toCreate"`
+	ToStart  quantiles `json:"toStart"`
+}
+
+type quantiles struct {
+	MedianMs float64   `json:"medianMs"`
+	P95Ms    float64   `json:"p95Ms"`
+	MaxMs    float64   `json:"maxMs"`
+	AllMs    []float64 `json:"allMs"`
+}
+
+// costFigure is one line of the Go benchmarks of a pool's cost at scale (controllers).
+type costFigure struct {
+	Benchmark string             `json:"benchmark"`
+	Values    map[string]float64 `json:"values"`
+}
+
+type benchResults struct {
+	Date        string       `json:"date"`
+	Commit      string       `json:"commit"`
+	CPUs        int          `json:"cpus"`
+	Concurrency int          `json:"bootstrapConcurrency"`
+	Comparisons []comparison `json:"comparisons"`
+	GateReopen  *latencies   `json:"gateReopen,omitempty"`
+	ScaleCost   []costFigure `json:"scaleCost,omitempty"`
+	Notes       []string     `json:"notes"`
+}
+
+func benchEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
+// TestBench runs every comparison, prints one line per figure and writes
+// _artifacts/bench/results.json and chart.svg. BENCH_SIZES (default 20,50), BENCH_ROLLOUT (20),
+// BENCH_TRIALS (20) and BENCH_COST (1: run the Go benchmarks of controllers) size it.
+func TestBench(t *testing.T) {
+	g := NewWithT(t)
+	results := benchResults{
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: gitCommit(), CPUs: runtime.NumCPU(), Concurrency: benchConcurrency,
+		Notes: []string{
+			"upstream CAPD's DockerMachinePool is not measured on the stub tier: its DockerMachine needs a DockerCluster, " +
+				"whose load balancer forwards to control-plane containers, and its nodes join over kind's network, " +
+				"while the stub tier's workload API server listens on loopback with a contract-level control plane",
+		},
+	}
+	// CABPK's default token TTL: the suite's 20 s would rotate the data during a run.
+	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, tokenTTL: 15 * time.Minute})
+
+	sizes := []int{20, 50}
+	if s := os.Getenv("BENCH_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			g.Expect(err).ToNot(HaveOccurred(), "BENCH_SIZES")
+			sizes = append(sizes, n)
+		}
+	}
+	rollout := benchEnv("BENCH_ROLLOUT", 20)
+	for _, n := range sizes {
+		t.Run(fmt.Sprintf("scale-up-%d", n), func(t *testing.T) {
+			results.Comparisons = append(results.Comparisons, benchScaleUp(t, n, n == rollout)...)
+		})
+	}
+	t.Run("gate-reopen", func(t *testing.T) {
+		results.GateReopen = benchGateReopen(t, benchEnv("BENCH_TRIALS", 20))
+	})
+	if benchEnv("BENCH_COST", 1) == 1 {
+		t.Run("scale-cost", func(t *testing.T) { results.ScaleCost = benchScaleCost(t) })
+	}
+	writeBenchResults(t, results)
+}
+
+// milestones records when conditions first held, from a start.
+type milestones struct {
+	start time.Time
+	mu    sync.Mutex
+	times map[string]time.Duration
+}
+
+func newMilestones() *milestones { return &milestones{start: time.Now(), times: map[string]time.Duration{}} }
+
+func (m *milestones) reached(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.times[name]; !ok {
+		m.times[name] = time.Since(m.start)
+	}
+}
+
+// at is when name was reached, 0 if it was not.
+func (m *milestones) at(name string) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.times[name]
+}
+
+// Milestones of a scale-up or rollout.
+const (
+	containersRunning = "containers running"
+	nodesRegistered   = "Nodes registered"
+	poolReady         = "MachinePool ready"
+)
+
+// benchScaleUp scales a CAPDMP pool from 0 to n and the engine alone runs n nodes with the same
+// image and bootstrap data; with rollout, both then replace their n nodes with nodes of the next
+// version.
+func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
+	g := NewWithT(t)
+	ctx := context.Background()
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 0})
+	data := waitForBootstrapData(t, c)
+	baseline := framework.EngineBaseline{Engine: engine, Network: container.HostNetwork, Concurrency: benchConcurrency, Labels: map[string]string{benchLabel: "engine"}}
+	t.Cleanup(func() { removeBaseline(t, baseline) })
+
+	old := baselineNames(n)
+	engineScale, err := baseline.MakeNodes(ctx, data, stubnode.Image(v131), old, nil)
+	g.Expect(err).ToNot(HaveOccurred(), "the engine alone")
+	capdmpScale := newMilestones()
+	c.setReplicas(int32(n))
+	watchPool(t, c, n, v131, capdmpScale, 5*time.Minute)
+
+	scale := fmt.Sprintf("scale 0->%d", n)
+	out := []comparison{
+		compare(scale+": containers running", capdmpScale.at(containersRunning), engineScale.Running),
+		compare(scale+": Nodes registered", capdmpScale.at(nodesRegistered), engineScale.Joined),
+		compare(scale+": MachinePool ready", capdmpScale.at(poolReady), 0),
+	}
+	if rollout {
+		engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(v132), baselineNames(n), func(i int) error { return removeStubNode(ctx, old[i]) })
+		g.Expect(err).ToNot(HaveOccurred(), "the engine alone, rollout")
+		capdmpRollout := newMilestones()
+		c.setControlPlaneStatus(v132)
+		mp := &clusterv1.MachinePool{}
+		c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = v132 })
+		watchPool(t, c, n, v132, capdmpRollout, 10*time.Minute)
+		what := fmt.Sprintf("rollout of %d to the next version", n)
+		out = append(out,
+			compare(what+": Nodes registered", capdmpRollout.at(nodesRegistered), engineRollout.Joined),
+			compare(what+": old nodes removed", capdmpRollout.at(poolReady), engineRollout.Done))
+	}
+	removeBaseline(t, baseline)
+	// Scaled down before the Cluster goes, so that its deletion fits the cleanup's wait.
+	c.setReplicas(0)
+	g.Eventually(func(g Gomega) { g.Expect(c.containers()).To(BeEmpty()) }, 5*time.Minute, time.Second).Should(Succeed())
+	return out
+}
+
+// compare is a figure of CAPDMP beside the engine's; an engine time of 0 is not measured.
+func compare(figure string, capdmp, engine time.Duration) comparison {
+	c := comparison{Figure: figure, Seconds: map[string]float64{"capdmp": capdmp.Seconds()}}
+	if engine > 0 {
+		c.Seconds["engine"] = engine.Seconds()
+		c.Ratio = capdmp.Seconds() / engine.Seconds()
+	}
+	printComparison(c)
+	return c
+}
+
+// baselineNames names n baseline nodes, apart from any other run's.
+func baselineNames(n int) []string {
+	run := names.SimpleNameGenerator.GenerateName("bench-")
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", run, i)
+	}
+	return out
+}
+
+// waitForBootstrapData waits for the MachinePool's bootstrap data and reads it.
+func waitForBootstrapData(t *testing.T, c *testCluster) *bootstrap.Data {
+	t.Helper()
+	g := NewWithT(t)
+	var name string
+	g.Eventually(func(g Gomega) {
+		name = ptr.Deref(c.machinePool().Spec.Template.Spec.Bootstrap.DataSecretName, "")
+		g.Expect(name).ToNot(BeEmpty())
+	}, time.Minute, benchPoll).Should(Succeed())
+	data, err := bootstrap.Read(context.Background(), mgmt, c.namespace, name)
+	g.Expect(err).ToNot(HaveOccurred())
+	return data
+}
+
+// watchPool records the milestones of the pool reaching n running containers of version, their n
+// Nodes registered, and the MachinePool ready with n and nothing else (for a rollout: the old
+// containers removed).
+func watchPool(t *testing.T, c *testCluster, n int, version string, m *milestones, timeout time.Duration) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		cs := c.containers()
+		running := 0
+		for _, ct := range cs {
+			if ct.Running && ct.Labels[infrav1.KubernetesVersionLabel] == versionLabel(g, version) {
+				running++
+			}
+		}
+		if running >= n {
+			m.reached(containersRunning)
+		}
+		registered := 0
+		for _, node := range c.nodes() {
+			if node.Status.NodeInfo.KubeletVersion == version {
+				registered++
+			}
+		}
+		if registered >= n {
+			m.reached(nodesRegistered)
+		}
+		mp := c.machinePool()
+		if len(cs) == n && running == n && ptr.Deref(mp.Status.ReadyReplicas, 0) == int32(n) && len(mp.Status.NodeRefs) == n {
+			m.reached(poolReady)
+		}
+		g.Expect(m.at(poolReady)).ToNot(BeZero())
+		g.Expect(m.at(nodesRegistered)).ToNot(BeZero())
+	}, timeout, benchPoll).Should(Succeed())
+}
+
+func versionLabel(g Gomega, version string) string {
+	l, err := skew.VersionLabelValue(version)
+	g.Expect(err).ToNot(HaveOccurred())
+	return l
+}
+
+// removeStubNode removes a baseline node: its container and its Node.
+func removeStubNode(ctx context.Context, name string) error {
+	if err := engine.Delete(ctx, name); err != nil {
+		return err
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := testEnv.Workload.Client.Delete(ctx, node); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// removeBaseline removes every baseline node left.
+func removeBaseline(t *testing.T, baseline framework.EngineBaseline) {
+	ctx := context.Background()
+	left, err := engine.List(ctx, baseline.Labels)
+	NewWithT(t).Expect(err).ToNot(HaveOccurred())
+	for _, c := range left {
+		NewWithT(t).Expect(removeStubNode(ctx, c.Name)).To(Succeed())
+	}
+}
+
+func printComparison(c comparison) {
+	line := fmt.Sprintf("bench: %-62s capdmp %7.2fs", c.Figure, c.Seconds["capdmp"])
+	if e, ok := c.Seconds["engine"]; ok {
+		line += fmt.Sprintf("  engine %7.2fs  capdmp/engine %.2f", e, c.Ratio)
+	}
+	fmt.Println(line)
+}
+
+// benchGateReopen measures the gate's re-open latency over trials, each on a cluster of its own
+// whose pool waits for its control plane, with a container sync period longer than the run: only
+// the watch on the control plane can re-open the gate.
+func benchGateReopen(t *testing.T, trials int) *latencies {
+	withManager(t, managerConfig{containerSyncPeriod: time.Hour, tokenTTL: 15 * time.Minute})
+	var toCreate, toStart []time.Duration
+	for i := range trials {
+		t.Run(fmt.Sprintf("trial-%02d", i), func(t *testing.T) {
+			create, start := gateReopenTrial(t)
+			toCreate, toStart = append(toCreate, create), append(toStart, start)
+		})
+	}
+	l := &latencies{Trials: len(toCreate), ToCreate: quantilesOf(toCreate), ToStart: quantilesOf(toStart)}
+	fmt.Printf("bench: %-62s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n", "gate re-open: status.versions -> first create", l.ToCreate.MedianMs, l.ToCreate.P95Ms, l.ToCreate.MaxMs, l.Trials)
+	fmt.Printf("bench: %-62s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n", "gate re-open: status.versions -> first start", l.ToStart.MedianMs, l.ToStart.P95Ms, l.ToStart.MaxMs, l.Trials)
+	return l
+}
+
+func gateReopenTrial(t *testing.T) (toCreate, toStart time.Duration) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 1})
+	c.waitForReady(1, v131, time.Minute)
+	mp := &clusterv1.MachinePool{}
+	c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = v132 })
+	g.Eventually(func() string { return c.pool().Status.VersionGate.WaitingReason }, 30*time.Second, benchPoll).Should(Equal(string(skew.ControlPlaneOlder)))
+
+	changes, errs := engine.Watch(ctx, map[string]string{infrav1.ClusterNameLabel: c.name, infrav1.KubernetesVersionLabel: versionLabel(g, v132)}, time.Now())
+	// The engine's event stream is set up when its first byte comes; give it a moment.
+	time.Sleep(200 * time.Millisecond)
+	reached := time.Now()
+	c.setControlPlaneStatus(v132)
+	deadline := time.After(30 * time.Second)
+	for toStart == 0 {
+		select {
+		case e := <-changes:
+			switch {
+			case e.Action == "create" && toCreate == 0:
+				toCreate = e.At.Sub(reached)
+			case e.Action == "start" && toStart == 0:
+				toStart = e.At.Sub(reached)
+			}
+		case err := <-errs:
+			t.Fatalf("watching the engine: %v", err)
+		case <-deadline:
+			t.Fatalf("no container of %s started within 30s of the control plane reaching it", v132)
+		}
+	}
+	t.Logf("status.versions -> create %s, -> start %s", toCreate.Round(time.Millisecond), toStart.Round(time.Millisecond))
+	c.cleanup()
+	return toCreate, toStart
+}
+
+// quantilesOf returns the median, p95 (nearest rank) and max.
+func quantilesOf(ds []time.Duration) quantiles {
+	ms := make([]float64, 0, len(ds))
+	for _, d := range ds {
+		ms = append(ms, float64(d.Microseconds())/1000)
+	}
+	slices.Sort(ms)
+	if len(ms) == 0 {
+		return quantiles{}
+	}
+	rank := func(q float64) float64 {
+		i := int(q*float64(len(ms))+0.999999) - 1
+		return ms[max(0, min(i, len(ms)-1))]
+	}
+	return quantiles{MedianMs: rank(0.5), P95Ms: rank(0.95), MaxMs: ms[len(ms)-1], AllMs: ms}
+}
+
+// benchLine is a line of `go test -bench` output: name, iterations, then value-unit pairs.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+// benchScaleCost runs the Go benchmarks of a pool's cost at scale (controllers/scale_bench_test.go)
+// and reads their figures.
+func benchScaleCost(t *testing.T) []costFigure {
+	g := NewWithT(t)
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkNoChangeReconcile|BenchmarkPoolMemory1000", "-benchtime", "20x", "./controllers/")
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).ToNot(HaveOccurred(), "%s", out)
+	var figures []costFigure
+	for _, line := range strings.Split(string(out), "\n") {
+		m := benchLine.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		f := costFigure{Benchmark: m[1], Values: map[string]float64{}}
+		fields := strings.Fields(m[2])
+		for i := 0; i+1 < len(fields); i += 2 {
+			v, err := strconv.ParseFloat(fields[i], 64)
+			g.Expect(err).ToNot(HaveOccurred(), line)
+			f.Values[fields[i+1]] = v
+		}
+		fmt.Printf("bench: %-62s %s\n", f.Benchmark, m[2])
+		figures = append(figures, f)
+	}
+	g.Expect(figures).ToNot(BeEmpty(), "no benchmark lines in:\n%s", out)
+	return figures
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "-C", testenv.RepoRoot(), "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func writeBenchResults(t *testing.T, r benchResults) {
+	g := NewWithT(t)
+	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "bench")
+	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	g.Expect(enc.Encode(r)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "results.json"), out.Bytes(), 0o644)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "chart.svg"), benchChart(r), 0o644)).To(Succeed())
+	fmt.Printf("bench: wrote %s and chart.svg\n", filepath.Join(dir, "results.json"))
+}
+
+// benchChart draws the comparisons as horizontal bars, CAPDMP's beside the engine's, each with
+// its ratio.
+func benchChart(r benchResults) []byte {
+	const (
+		left, barHeight, gap, width = 360, 14, 12, 380
+	)
+	longest := 0.0
+	for _, c := range r.Comparisons {
+		for _, s := range c.Seconds {
+			longest = max(longest, s)
+		}
+	}
+	if longest == 0 {
+		longest = 1
+	}
+	rowHeight := 2*barHeight + gap
+	height := 60 + len(r.Comparisons)*rowHeight
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+140, height)
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14">CAPDMP beside the Docker engine alone (seconds, %s, %d CPUs, commit %s)</text>`+"\n", r.Date[:10], r.CPUs, r.Commit)
+	fmt.Fprintf(&b, `<rect x="10" y="32" width="12" height="12" fill="#326ce5"/><text x="28" y="43">CAPDMP</text><rect x="100" y="32" width="12" height="12" fill="#999"/><text x="118" y="43">engine alone</text>`+"\n")
+	for i, c := range r.Comparisons {
+		y := 56 + i*rowHeight
+		fmt.Fprintf(&b, `<text x="10" y="%d">%s</text>`+"\n", y+barHeight+4, escapeXML(c.Figure))
+		for j, system := range []string{"capdmp", "engine"} {
+			s, ok := c.Seconds[system]
+			if !ok {
+				continue
+			}
+			color := map[string]string{"capdmp": "#326ce5", "engine": "#999"}[system]
+			w := int(s / longest * width)
+			by := y + j*barHeight
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/><text x="%d" y="%d">%.1f s</text>`+"\n",
+				left, by, max(w, 1), barHeight-2, color, left+w+4, by+barHeight-3, s)
+		}
+		if c.Ratio > 0 {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%.2fx</text>`+"\n", left+width+80, y+barHeight+4, c.Ratio)
+		}
+	}
+	b.WriteString("</svg>\n")
+	return []byte(b.String())
+}
+
+func escapeXML(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
