@@ -147,7 +147,9 @@ type milestones struct {
 	times map[string]time.Duration
 }
 
-func newMilestones() *milestones { return &milestones{start: time.Now(), times: map[string]time.Duration{}} }
+func newMilestones() *milestones {
+	return &milestones{start: time.Now(), times: map[string]time.Duration{}}
+}
 
 func (m *milestones) reached(name string) {
 	m.mu.Lock()

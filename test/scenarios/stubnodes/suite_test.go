@@ -202,7 +202,9 @@ func runManager(apiServer *managementplane.APIServer, cfg managerConfig) (func()
 		capdmpClient = cfg.wrapClient(capdmpClient)
 	}
 	setups := []func() error{
-		func() error { return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, cmp.Or(cfg.tokenTTL, tokenTTL)) },
+		func() error {
+			return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, cmp.Or(cfg.tokenTTL, tokenTTL))
+		},
 	}
 	if !cfg.capdmpOutOfProcess {
 		setups = append(setups,
