@@ -20,37 +20,47 @@ import (
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
-// reconcileScaleDown removes containers above the desired count, and during an admitted rollout
-// one outdated container each time its replacement is ready. Removal goes through the Machine, so
-// Cluster API drains the node first. Order: marked for deletion, outdated, not ready, newest.
+// reconcileScaleDown removes containers above the desired count (with the rollout's surge), and
+// during an admitted rollout the outdated containers whose removal keeps at least the desired
+// count less maxUnavailable ready (spec.strategy.rollingUpdate). Removal goes through the Machine,
+// so Cluster API drains the node first. Order: marked for deletion, outdated, not ready, newest.
 func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	active := s.active()
 	desired := s.desiredReplicas()
-	excess := len(active) - (desired + s.surge())
+	candidates := s.deletionOrder(active)
+	excess := min(max(len(active)-(desired+s.surge()), 0), len(candidates))
+	victims := candidates[:excess]
 
-	ready := 0
-	for _, i := range active {
-		if i.ready() {
-			ready++
-		}
-	}
-	// A rollout replaces a ready outdated container only once the pool has one ready container
-	// more than it needs, so that it never has fewer ready than desired.
-	if excess <= 0 && s.rolloutAdmitted() && ready > desired {
+	if s.rolloutAdmitted() {
+		// How many ready containers the pool may lose and keep desired - maxUnavailable ready.
+		_, maxUnavailable := s.rollingUpdate()
+		budget := -(desired - maxUnavailable)
 		for _, i := range active {
-			if s.outdated(i) {
-				excess = 1
-				break
+			if i.ready() {
+				budget++
 			}
 		}
-	}
-	if excess <= 0 {
-		return ctrl.Result{}, nil
+		for _, i := range victims {
+			if i.ready() {
+				budget--
+			}
+		}
+		for _, i := range candidates[excess:] {
+			if !s.outdated(i) {
+				continue
+			}
+			if i.ready() {
+				if budget <= 0 {
+					continue
+				}
+				budget--
+			}
+			victims = append(victims, i)
+		}
 	}
 
-	candidates := s.deletionOrder(active)
 	log := ctrl.LoggerFrom(ctx)
-	for _, i := range candidates[:min(excess, len(candidates))] {
+	for _, i := range victims {
 		log.Info("Removing container", "container", i.name(), "version", i.version(), "ready", i.ready())
 		r.eventf(s.pool, corev1.EventTypeNormal, "DeletingContainer", "Removing container %s (%s)", i.name(), displayVersion(i.version()))
 		if err := r.deleteMachine(ctx, s, i.name(), i.machine); err != nil {
@@ -90,6 +100,16 @@ func (s *poolScope) deletionOrder(in []*instance) []*instance {
 // when the gate admits it, otherwise the last admitted version for replacements and scale-up.
 func (s *poolScope) planCreation() creationPlan {
 	missing := s.desiredReplicas() + s.surge() - len(s.active())
+	if s.surge() > 0 {
+		// A rollout makes no more new containers than the desired count.
+		current := 0
+		for _, i := range s.active() {
+			if !s.outdated(i) {
+				current++
+			}
+		}
+		missing = min(missing, s.desiredReplicas()-current)
+	}
 	if missing <= 0 {
 		return creationPlan{}
 	}

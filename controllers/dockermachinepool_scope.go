@@ -6,6 +6,7 @@ import (
 
 	pkgerrors "github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -201,16 +202,33 @@ func (s *poolScope) rolloutWaitsOnGate() bool {
 	return slices.ContainsFunc(s.active(), s.outdated)
 }
 
-// surge is how many containers above the desired count a rollout may run: one at a time, so that
-// no ready container goes before its replacement is ready.
+// surge is how many containers above the desired count a rollout may run:
+// spec.strategy.rollingUpdate.maxSurge while outdated containers are left and the gate admits
+// their replacement, otherwise none.
 func (s *poolScope) surge() int {
-	if !s.rolloutAdmitted() {
+	if !s.rolloutAdmitted() || !slices.ContainsFunc(s.active(), s.outdated) {
 		return 0
 	}
-	for _, i := range s.active() {
-		if s.outdated(i) {
-			return 1
-		}
+	maxSurge, _ := s.rollingUpdate()
+	return maxSurge
+}
+
+// rollingUpdate resolves spec.strategy.rollingUpdate against the desired count: maxSurge (1 when
+// unset) rounded up, maxUnavailable (0 when unset) rounded down, and maxUnavailable 1 when both
+// are 0, as a Deployment's. A value the webhook would refuse counts as unset.
+func (s *poolScope) rollingUpdate() (maxSurge, maxUnavailable int) {
+	update := s.pool.Spec.Strategy.RollingUpdate
+	desired := s.desiredReplicas()
+	maxSurge, err := intstr.GetScaledValueFromIntOrPercent(update.MaxSurge, desired, true)
+	if update.MaxSurge == nil || err != nil || maxSurge < 0 {
+		maxSurge = 1
 	}
-	return 0
+	maxUnavailable, err = intstr.GetScaledValueFromIntOrPercent(update.MaxUnavailable, desired, false)
+	if update.MaxUnavailable == nil || err != nil || maxUnavailable < 0 {
+		maxUnavailable = 0
+	}
+	if maxSurge == 0 && maxUnavailable == 0 {
+		maxUnavailable = 1
+	}
+	return maxSurge, maxUnavailable
 }

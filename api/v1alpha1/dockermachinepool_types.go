@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
@@ -92,6 +93,36 @@ type DockerMachinePoolSpec struct {
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=512
 	ProviderIDList []string `json:"providerIDList,omitempty"`
+
+	// strategy says how the pool replaces its outdated containers (another image or version):
+	// one at a time, each new one ready before an old one goes, unless rollingUpdate says
+	// otherwise. The version-skew gate decides every replacement whatever the strategy.
+	// +optional
+	Strategy DockerMachinePoolStrategy `json:"strategy,omitempty,omitzero"`
+}
+
+// DockerMachinePoolStrategy says how a pool replaces its outdated containers.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolStrategy struct {
+	// rollingUpdate bounds a rollout.
+	// +optional
+	RollingUpdate DockerMachinePoolRollingUpdate `json:"rollingUpdate,omitempty,omitzero"`
+}
+
+// DockerMachinePoolRollingUpdate bounds a rollout, as a Deployment's or a MachineDeployment's
+// rollingUpdate does. When both resolve to 0, maxUnavailable is 1.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolRollingUpdate struct {
+	// maxSurge is how many containers above the desired replica count a rollout may run: a
+	// number, or a percentage of the desired count ("25%"), rounded up. 1 when unset.
+	// +optional
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+
+	// maxUnavailable is how many of the desired replicas may be not ready while a rollout
+	// removes outdated containers: a number, or a percentage of the desired count, rounded
+	// down. 0 when unset.
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
 
 // DockerMachinePoolStatus defines the observed state of DockerMachinePool.

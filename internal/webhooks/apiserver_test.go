@@ -17,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -134,6 +136,21 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 			ContainSubstring("--allowed-host-paths=/srv"),
 		))
 		g.Expect(err.Error()).ToNot(ContainSubstring("extraMounts[0]"))
+	})
+
+	t.Run("a rollout strategy is stored as counts and percentages, and a bad one refused", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "strategy", Namespace: namespace.Name}}
+		pool.Spec.Strategy.RollingUpdate = infrav1.DockerMachinePoolRollingUpdate{MaxSurge: ptr.To(intstr.FromString("25%")), MaxUnavailable: ptr.To(intstr.FromInt32(1))}
+		g.Expect(c.Create(ctx, pool)).To(Succeed())
+		stored := &infrav1.DockerMachinePool{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pool), stored)).To(Succeed())
+		g.Expect(stored.Spec.Strategy).To(Equal(pool.Spec.Strategy))
+
+		stored.Spec.Strategy.RollingUpdate = infrav1.DockerMachinePoolRollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0))}
+		err := c.Update(ctx, stored)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("spec.strategy.rollingUpdate.maxUnavailable"))
 	})
 
 	t.Run("an invalid DockerMachinePool is refused with the field path", func(t *testing.T) {

@@ -73,10 +73,12 @@ func (webhook *DockerMachinePool) validate(oldPool, newPool *infrav1.DockerMachi
 	}
 	// A pool whose template is unchanged is not checked again, so that a pool admitted before a
 	// rule existed never blocks unrelated updates, such as the controller writing providerIDList.
-	if oldPool != nil && equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) {
+	if oldPool != nil && equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) &&
+		equality.Semantic.DeepEqual(oldPool.Spec.Strategy, newPool.Spec.Strategy) {
 		return nil, nil
 	}
 	allErrs, warnings := validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"), webhook.HostPaths)
+	allErrs = append(allErrs, validateStrategy(newPool.Spec.Strategy, field.NewPath("spec", "strategy"))...)
 	if len(allErrs) > 0 {
 		return warnings, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, allErrs)
 	}

@@ -2,12 +2,15 @@ package webhooks
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
@@ -198,6 +201,52 @@ func TestDockerMachinePoolValidateUpdate(t *testing.T) {
 			warnings, err := (&DockerMachinePool{}).ValidateUpdate(context.Background(), oldPool, newPool)
 			expectInvalid(g, err, tt.wantErrs)
 			g.Expect(warnings).To(BeEmpty())
+		})
+	}
+}
+
+// TestDockerMachinePoolStrategy: the webhook admits counts and percentages of a rolling update
+// and refuses what a rollout cannot use, on create, on update, and in a template.
+func TestDockerMachinePoolStrategy(t *testing.T) {
+	num, pct := intstr.FromInt32, intstr.FromString
+	tests := []struct {
+		name           string
+		maxSurge       *intstr.IntOrString
+		maxUnavailable *intstr.IntOrString
+		wantErrs       []string
+	}{
+		{name: "unset: one at a time"},
+		{name: "surge of 5", maxSurge: ptr.To(num(5))},
+		{name: "percentages", maxSurge: ptr.To(pct("25%")), maxUnavailable: ptr.To(pct("10%"))},
+		{name: "surge above 100%", maxSurge: ptr.To(pct("150%"))},
+		{name: "remove first, then create", maxSurge: ptr.To(num(0)), maxUnavailable: ptr.To(num(1))},
+		{name: "negative surge", maxSurge: ptr.To(num(-1)), wantErrs: []string{"spec.strategy.rollingUpdate.maxSurge: Invalid value: -1: must not be negative"}},
+		{name: "not a percentage", maxUnavailable: ptr.To(pct("ten")), wantErrs: []string{`spec.strategy.rollingUpdate.maxUnavailable: Invalid value: "ten"`}},
+		{name: "unavailable above 100%", maxUnavailable: ptr.To(pct("101%")), wantErrs: []string{"must not be above 100%"}},
+		{name: "both 0", maxSurge: ptr.To(num(0)), maxUnavailable: ptr.To(pct("0%")), wantErrs: []string{"spec.strategy.rollingUpdate.maxUnavailable", "must be above 0 when maxSurge is 0"}},
+		{name: "surge 0, unavailable unset (0)", maxSurge: ptr.To(pct("0%")), wantErrs: []string{`maxUnavailable: Invalid value: "0"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			strategy := infrav1.DockerMachinePoolStrategy{RollingUpdate: infrav1.DockerMachinePoolRollingUpdate{MaxSurge: tt.maxSurge, MaxUnavailable: tt.maxUnavailable}}
+			pool := poolWith(infrav1.DockerMachinePoolMachineTemplate{})
+			pool.Spec.Strategy = strategy
+			_, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
+			expectInvalid(g, err, tt.wantErrs)
+
+			// An update that changes only the strategy is checked too.
+			_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{}), pool)
+			expectInvalid(g, err, tt.wantErrs)
+
+			template := &infrav1.DockerMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
+			template.Spec.Template.Spec.Strategy = strategy
+			_, err = (&DockerMachinePoolTemplate{}).ValidateCreate(context.Background(), template)
+			var templateErrs []string
+			for _, e := range tt.wantErrs {
+				templateErrs = append(templateErrs, strings.Replace(e, "spec.strategy", "spec.template.spec.strategy", 1))
+			}
+			expectInvalid(g, err, templateErrs)
 		})
 	}
 }

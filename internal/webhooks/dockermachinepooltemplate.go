@@ -98,6 +98,7 @@ func validatePoolTemplate(template *infrav1.DockerMachinePoolTemplate, hostPaths
 	}
 
 	machineErrs, warnings := validateMachineTemplate(&template.Spec.Template.Spec.Template, specPath.Child("template"), hostPaths)
+	allErrs = append(allErrs, validateStrategy(spec.Strategy, specPath.Child("strategy"))...)
 	return append(allErrs, machineErrs...), warnings
 }
 

@@ -3,11 +3,14 @@ package webhooks
 import (
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/distribution/reference"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/hostpath"
@@ -97,4 +100,43 @@ func forbiddenPath(p string, forbidden []string) string {
 		}
 	}
 	return ""
+}
+
+// validateStrategy checks a pool's rollout strategy: counts and percentages that are not
+// negative, maxUnavailable at most 100%, and not both 0, which would leave a rollout nothing to do.
+func validateStrategy(strategy infrav1.DockerMachinePoolStrategy, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	update := strategy.RollingUpdate
+	path := fldPath.Child("rollingUpdate")
+	check := func(name string, v *intstr.IntOrString, maxPercent int) bool {
+		if v == nil {
+			return false
+		}
+		p := path.Child(name)
+		switch v.Type {
+		case intstr.Int:
+			if v.IntVal < 0 {
+				allErrs = append(allErrs, field.Invalid(p, v.IntVal, "must not be negative"))
+			}
+			return v.IntVal == 0
+		default:
+			percent, ok := strings.CutSuffix(v.StrVal, "%")
+			n, err := strconv.Atoi(percent)
+			switch {
+			case !ok || err != nil || n < 0:
+				allErrs = append(allErrs, field.Invalid(p, v.StrVal, "must be a number or a percentage such as \"25%\""))
+			case maxPercent > 0 && n > maxPercent:
+				allErrs = append(allErrs, field.Invalid(p, v.StrVal, fmt.Sprintf("must not be above %d%%", maxPercent)))
+			}
+			return n == 0
+		}
+	}
+	surgeZero := check("maxSurge", update.MaxSurge, 0)
+	unavailableZero := check("maxUnavailable", update.MaxUnavailable, 100)
+	// Unset maxUnavailable is 0: a maxSurge of 0 needs a maxUnavailable above 0.
+	if surgeZero && (update.MaxUnavailable == nil || unavailableZero) {
+		unavailable := ptr.Deref(update.MaxUnavailable, intstr.FromInt32(0))
+		allErrs = append(allErrs, field.Invalid(path.Child("maxUnavailable"), unavailable.String(), "must be above 0 when maxSurge is 0"))
+	}
+	return allErrs
 }

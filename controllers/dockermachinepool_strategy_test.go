@@ -1,0 +1,126 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+)
+
+// TestRollingUpdate rolls a pool of 4 outdated, ready containers to its target, reconcile after
+// reconcile, with the world in between doing what it does (a removed machine's container goes; a
+// new container becomes ready one reconcile after its creation). At every step the pool runs at
+// most desired + maxSurge containers and keeps at least desired - maxUnavailable ready, and it
+// uses what the strategy allows; the gate still decides every replacement.
+func TestRollingUpdate(t *testing.T) {
+	const desired = 4
+	num, pct := intstr.FromInt32, intstr.FromString
+	tests := []struct {
+		name           string
+		maxSurge       *intstr.IntOrString
+		maxUnavailable *intstr.IntOrString
+		gateWaits      bool
+		// wantMost and wantLeastReady are the most containers and the fewest ready ones at once.
+		wantMost, wantLeastReady int
+		wantSteps                int
+	}{
+		{name: "default: one at a time, never below desired", wantMost: 5, wantLeastReady: 4, wantSteps: 5},
+		{name: "maxSurge 2", maxSurge: ptr.To(num(2)), wantMost: 6, wantLeastReady: 4, wantSteps: 3},
+		{name: "maxSurge above desired: all new at once", maxSurge: ptr.To(num(10)), wantMost: 8, wantLeastReady: 4, wantSteps: 2},
+		{name: "maxSurge 0, maxUnavailable 1: remove first", maxSurge: ptr.To(num(0)), maxUnavailable: ptr.To(num(1)), wantMost: 4, wantLeastReady: 3, wantSteps: 4},
+		{name: "percentages: 50% surge (2), 25% unavailable (1)", maxSurge: ptr.To(pct("50%")), maxUnavailable: ptr.To(pct("25%")), wantMost: 6, wantLeastReady: 3, wantSteps: 2},
+		{name: "gate waiting: nothing replaced, whatever the strategy", maxSurge: ptr.To(num(10)), maxUnavailable: ptr.To(num(4)), gateWaits: true, wantMost: 4, wantLeastReady: 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			rt := fakeruntime.New()
+			for _, v := range []string{"v1.30.0", "v1.31.0"} {
+				rt.AddImage(image(g, v))
+			}
+			controlPlane := "v1.31.0"
+			if tt.gateWaits {
+				controlPlane = "v1.30.0"
+			}
+			objs := world{controlPlaneVersions: []string{controlPlane}, machinePoolVersion: "v1.31.0", replicas: desired, dataSecret: true}.objects()
+			for _, o := range objs {
+				if pool, ok := o.(*infrav1.DockerMachinePool); ok {
+					pool.Spec.Strategy.RollingUpdate = infrav1.DockerMachinePoolRollingUpdate{MaxSurge: tt.maxSurge, MaxUnavailable: tt.maxUnavailable}
+				}
+			}
+			for i := range desired {
+				c := nodeContainer(g, "old-"+itoa(i), "v1.30.0", time.Now().Add(-time.Hour))
+				rt.Add(c)
+				objs = append(objs, joinedMachine(c))
+			}
+			r, _ := newTestReconciler(g, objs, rt)
+
+			most, leastReady, steps := 0, desired, 0
+			for ; steps < 20; steps++ {
+				if !tt.gateWaits && rolledOut(rt.Containers(), desired) {
+					break
+				}
+				reconcilePool(g, r)
+				// What the machines' controller does: a removed machine's container goes.
+				machines := &infrav1.DockerMachinePoolMachineList{}
+				g.Expect(r.Client.List(ctx, machines, client.InNamespace(testNamespace))).To(Succeed())
+				byName := map[string]*infrav1.DockerMachinePoolMachine{}
+				for i := range machines.Items {
+					byName[machines.Items[i].Name] = &machines.Items[i]
+				}
+				ready := 0
+				for _, c := range rt.Containers() {
+					m, ok := byName[c.Name]
+					switch {
+					case !ok:
+						g.Expect(rt.Delete(ctx, c.Name)).To(Succeed())
+					case ptr.Deref(m.Status.Initialization.Provisioned, false):
+						ready++
+					}
+				}
+				most, leastReady = max(most, len(rt.Containers())), min(leastReady, ready)
+				// A new container joins by the next reconcile.
+				for _, m := range byName {
+					if !ptr.Deref(m.Status.Initialization.Provisioned, false) {
+						m.Status.Initialization.Provisioned = ptr.To(true)
+						g.Expect(r.Client.Status().Update(ctx, m)).To(Succeed())
+					}
+				}
+				if tt.gateWaits && steps == 3 {
+					break
+				}
+			}
+			t.Logf("%d reconciles; at most %d containers, at least %d ready", steps, most, leastReady)
+			g.Expect(most).To(Equal(tt.wantMost), "most containers at once")
+			g.Expect(leastReady).To(Equal(tt.wantLeastReady), "fewest ready at once")
+			if tt.gateWaits {
+				g.Expect(versionsOf(rt.Containers())).To(HaveEach("v1.30.0"))
+				return
+			}
+			g.Expect(rolledOut(rt.Containers(), desired)).To(BeTrue(), "rolled out: %v", versionsOf(rt.Containers()))
+			g.Expect(steps).To(Equal(tt.wantSteps), "reconciles to roll out")
+		})
+	}
+}
+
+// rolledOut is true when the pool runs desired containers, all of the target v1.31.0.
+func rolledOut(cs []container.Container, desired int) bool {
+	if len(cs) != desired {
+		return false
+	}
+	for _, c := range cs {
+		if c.Labels[infrav1.KubernetesVersionLabel] != "v1.31.0" {
+			return false
+		}
+	}
+	return true
+}
