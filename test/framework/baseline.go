@@ -57,7 +57,8 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 				return err
 			}
 			mu.Lock()
-			if running++; running == len(names) {
+			running++
+			if running == len(names) {
 				m.Running = time.Since(start)
 			}
 			mu.Unlock()
@@ -65,7 +66,8 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 				return err
 			}
 			mu.Lock()
-			if added++; added == len(names) {
+			added++
+			if added == len(names) {
 				m.Joined = time.Since(start)
 			}
 			mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -177,6 +178,7 @@ const (
 // image and bootstrap data; with rollout, both then replace their n nodes with nodes of the next
 // version.
 func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 0})
@@ -198,17 +200,30 @@ func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
 		compare(scale+": MachinePool ready", capdmpScale.at(poolReady), 0),
 	}
 	if rollout {
-		engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(v132), baselineNames(n), func(i int) error { return removeStubNode(ctx, old[i]) })
-		g.Expect(err).ToNot(HaveOccurred(), "the engine alone, rollout")
-		capdmpRollout := newMilestones()
-		c.setControlPlaneStatus(v132)
-		mp := &clusterv1.MachinePool{}
-		c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = v132 })
-		watchPool(t, c, n, v132, capdmpRollout, 10*time.Minute)
-		what := fmt.Sprintf("rollout of %d to the next version", n)
-		out = append(out,
-			compare(what+": Nodes registered", capdmpRollout.at(nodesRegistered), engineRollout.Joined),
-			compare(what+": old nodes removed", capdmpRollout.at(poolReady), engineRollout.Done))
+		// The default strategy (one at a time), then maxSurge as many as the engine makes at once.
+		for _, step := range []struct {
+			version  string
+			maxSurge *intstr.IntOrString
+		}{{version: v132}, {version: v133, maxSurge: ptr.To(intstr.FromInt32(benchConcurrency))}} {
+			next := baselineNames(n)
+			engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(step.version), next, func(i int) error { return removeStubNode(ctx, old[i]) })
+			g.Expect(err).ToNot(HaveOccurred(), "the engine alone, rollout to %s", step.version)
+			old = next
+			pool := &infrav1.DockerMachinePool{}
+			c.update(c.key(), pool, func() { pool.Spec.Strategy.RollingUpdate.MaxSurge = step.maxSurge })
+			capdmpRollout := newMilestones()
+			c.setControlPlaneStatus(step.version)
+			mp := &clusterv1.MachinePool{}
+			c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = step.version })
+			watchPool(t, c, n, step.version, capdmpRollout, 10*time.Minute)
+			what := fmt.Sprintf("rollout of %d, maxSurge 1 (default)", n)
+			if step.maxSurge != nil {
+				what = fmt.Sprintf("rollout of %d, maxSurge %s", n, step.maxSurge)
+			}
+			out = append(out,
+				compare(what+": Nodes registered", capdmpRollout.at(nodesRegistered), engineRollout.Joined),
+				compare(what+": old nodes removed", capdmpRollout.at(poolReady), engineRollout.Done))
+		}
 	}
 	removeBaseline(t, baseline)
 	// Scaled down before the Cluster goes, so that its deletion fits the cleanup's wait.
@@ -306,6 +321,7 @@ func removeStubNode(ctx context.Context, name string) error {
 
 // removeBaseline removes every baseline node left.
 func removeBaseline(t *testing.T, baseline framework.EngineBaseline) {
+	t.Helper()
 	ctx := context.Background()
 	left, err := engine.List(ctx, baseline.Labels)
 	NewWithT(t).Expect(err).ToNot(HaveOccurred())
@@ -326,6 +342,7 @@ func printComparison(c comparison) {
 // whose pool waits for its control plane, with a container sync period longer than the run: only
 // the watch on the control plane can re-open the gate.
 func benchGateReopen(t *testing.T, trials int) *latencies {
+	t.Helper()
 	withManager(t, managerConfig{containerSyncPeriod: time.Hour, tokenTTL: 15 * time.Minute})
 	var toCreate, toStart []time.Duration
 	for i := range trials {
@@ -341,6 +358,7 @@ func benchGateReopen(t *testing.T, trials int) *latencies {
 }
 
 func gateReopenTrial(t *testing.T) (toCreate, toStart time.Duration) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -399,6 +417,7 @@ var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 // benchScaleCost runs the Go benchmarks of a pool's cost at scale (controllers/scale_bench_test.go)
 // and reads their figures.
 func benchScaleCost(t *testing.T) []costFigure {
+	t.Helper()
 	g := NewWithT(t)
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkNoChangeReconcile|BenchmarkPoolMemory1000", "-benchtime", "20x", "./controllers/")
 	cmd.Dir = testenv.RepoRoot()
@@ -433,6 +452,7 @@ func gitCommit() string {
 }
 
 func writeBenchResults(t *testing.T, r benchResults) {
+	t.Helper()
 	g := NewWithT(t)
 	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "bench")
 	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
