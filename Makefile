@@ -104,12 +104,19 @@ test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smo
 test-e2e-full: ## Full real tier: node images of three versions with CoreDNS, smoke test, every real scenario
 	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_FULL_VERSIONS)" NODE_IMAGES_COREDNS=true E2E_LOCAL_RUN=.
 
+.PHONY: bench-real
+bench-real: ## make bench on real nodes: skew violations of CAPDMP's and upstream CAPD's pools in one upgrade, scale-up beside CAPD and the engine: _artifacts/bench/results-real.json
+	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='^TestBenchReal$$' E2E_LOCAL_TAGS=e2e_local,bench \
+	  E2E_LOCAL_LOG=$(ROOT)/_artifacts/bench/real.log
+
+E2E_LOCAL_TAGS ?= e2e_local
+
 .PHONY: real-tier
 real-tier: envtest-binaries test-smoke
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
-	eval "$$(hack/docker-engine.sh start)" && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags e2e_local -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
+	eval "$$(hack/docker-engine.sh start)" && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags $(E2E_LOCAL_TAGS) -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
 	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/scenarios/realnodes/ 2>&1 | tee $(E2E_LOCAL_LOG); \
-	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
+	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|bench-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
 

@@ -3,6 +3,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -39,8 +40,9 @@ type Milestones struct {
 
 // MakeNodes creates and starts a container per name from image, waits for each to boot (systemd
 // and containerd on a real node; nothing on a stub), and runs data's bootstrap commands in it,
-// as CAPDMP runs them. After node i is made, replace(i) runs when not nil: a rollout removes an
-// old node there.
+// as CAPDMP runs them. Creates and bootstraps are two stages, each with Concurrency at once, as
+// a pool creates containers while its machines bootstrap the ones it made. After node i is made,
+// replace(i) runs when not nil: a rollout removes an old node there.
 func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, image string, names []string, replace func(i int) error) (Milestones, error) {
 	start := time.Now()
 	var (
@@ -48,10 +50,34 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 		m              Milestones
 		running, added int
 	)
-	nodes := errgroup.Group{}
-	nodes.SetLimit(e.Concurrency)
+	// Made containers queue for the bootstraps: creates never wait for a bootstrap slot.
+	made := make(chan int, len(names))
+	bootstraps := errgroup.Group{}
+	for range e.Concurrency {
+		bootstraps.Go(func() error {
+			for i := range made {
+				if err := e.bootstrap(ctx, data, names[i]); err != nil {
+					return err
+				}
+				mu.Lock()
+				added++
+				if added == len(names) {
+					m.Joined = time.Since(start)
+				}
+				mu.Unlock()
+				if replace != nil {
+					if err := replace(i); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	creates := errgroup.Group{}
+	creates.SetLimit(e.Concurrency)
 	for i, name := range names {
-		nodes.Go(func() error {
+		creates.Go(func() error {
 			spec := container.NodeSpec(container.NodeSpecInput{Name: name, Image: image, ClusterName: "capdmp-baseline", Network: e.Network, Labels: e.Labels})
 			if _, err := e.Engine.Create(ctx, spec); err != nil {
 				return err
@@ -62,22 +88,13 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 				m.Running = time.Since(start)
 			}
 			mu.Unlock()
-			if err := e.bootstrap(ctx, data, name); err != nil {
-				return err
-			}
-			mu.Lock()
-			added++
-			if added == len(names) {
-				m.Joined = time.Since(start)
-			}
-			mu.Unlock()
-			if replace != nil {
-				return replace(i)
-			}
+			made <- i
 			return nil
 		})
 	}
-	err := nodes.Wait()
+	createErr := creates.Wait()
+	close(made)
+	err := errors.Join(createErr, bootstraps.Wait())
 	m.Done = time.Since(start)
 	return m, err
 }
@@ -130,4 +147,9 @@ func (e EngineBaseline) Remove(ctx context.Context) error {
 		removals.Go(func() error { return e.Engine.Delete(ctx, c.Name) })
 	}
 	return removals.Wait()
+}
+
+// EngineBaseline is the benchmarks' baseline on the world's engine and network.
+func (w *World) EngineBaseline(concurrency int, labels map[string]string) EngineBaseline {
+	return EngineBaseline{Engine: w.engine, Network: Network, Concurrency: concurrency, Labels: labels}
 }

@@ -1,0 +1,238 @@
+//go:build e2e_local && bench
+
+package realnodes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/nodeimage"
+	"github.com/capdmp/capdmp/internal/test/testenv"
+	"github.com/capdmp/capdmp/pkg/conformance"
+	"github.com/capdmp/capdmp/test/framework"
+)
+
+// The real variant of the bench driver (`make bench-real`, docs/benchmarks.md): on the real node
+// images, CAPDMP beside upstream CAPD's DockerMachinePool (sigs.k8s.io/cluster-api/test v1.14.2)
+// and the Docker engine alone, and the headline figure: the skew violations each pool produces in
+// the same upgrade-both-at-once run. It times and never fails on time.
+
+// realScaleUp is one system's scale-up from 0 to n.
+type realScaleUp struct {
+	System string `json:"system"`
+	Nodes  int    `json:"nodes"`
+	// Joined is when the last Node registered; Ready when the MachinePool reported all ready
+	// (not measured for the engine alone).
+	JoinedSeconds float64 `json:"nodesRegisteredSeconds"`
+	ReadySeconds  float64 `json:"machinePoolReadySeconds,omitempty"`
+}
+
+type realBenchResults struct {
+	Date    string        `json:"date"`
+	Commit  string        `json:"commit"`
+	Skew    []kitOutcome  `json:"skew"`
+	ScaleUp []realScaleUp `json:"scaleUp"`
+}
+
+func benchInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestBenchReal runs the skew comparison (BENCH_REAL_POOL workers, 3 by default, both pools at
+// once) and then the scale-up comparison (BENCH_REAL_NODES, 3 by default, one system at a time),
+// prints one line per figure and writes _artifacts/bench/results-real.json.
+func TestBenchReal(t *testing.T) {
+	results := realBenchResults{Date: time.Now().UTC().Format(time.RFC3339), Commit: commitOf()}
+	pool := int32(benchInt("BENCH_REAL_POOL", 3))
+	t.Run("skew", func(t *testing.T) {
+		var mu sync.Mutex
+		t.Run("group", func(t *testing.T) {
+			for _, tt := range []struct {
+				name     string
+				upstream bool
+			}{{name: "bench-skew-capdmp"}, {name: "bench-skew-capd", upstream: true}} {
+				t.Run(tt.name, func(t *testing.T) {
+					t.Parallel()
+					k := runKit(t, tt.name, tt.upstream, pool)
+					mu.Lock()
+					results.Skew = append(results.Skew, k)
+					mu.Unlock()
+				})
+			}
+		})
+		for _, k := range results.Skew {
+			fmt.Printf("bench-real: skew, upgrade both at once, %d workers: %-18s %s\n", k.Pool, k.Name, k)
+		}
+	})
+	n := benchInt("BENCH_REAL_NODES", 3)
+	t.Run("scale-up", func(t *testing.T) {
+		results.ScaleUp = append(results.ScaleUp, benchRealScaleUp(t, n, false)...)
+		results.ScaleUp = append(results.ScaleUp, benchRealScaleUp(t, n, true)...)
+		for _, r := range results.ScaleUp {
+			line := fmt.Sprintf("bench-real: scale 0->%d real nodes: %-7s Nodes registered %6.1fs", r.Nodes, r.System, r.JoinedSeconds)
+			if r.ReadySeconds > 0 {
+				line += fmt.Sprintf("  MachinePool ready %6.1fs", r.ReadySeconds)
+			}
+			fmt.Println(line)
+		}
+		byName := map[string]realScaleUp{}
+		for _, r := range results.ScaleUp {
+			byName[r.System] = r
+		}
+		fmt.Printf("bench-real: Nodes registered capdmp/engine %.2f, capdmp/capd %.2f; MachinePool ready capdmp/capd %.2f\n",
+			byName["capdmp"].JoinedSeconds/byName["engine"].JoinedSeconds, byName["capdmp"].JoinedSeconds/byName["capd"].JoinedSeconds,
+			byName["capdmp"].ReadySeconds/byName["capd"].ReadySeconds)
+	})
+
+	g := NewWithT(t)
+	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "bench")
+	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	g.Expect(enc.Encode(results)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "results-real.json"), out.Bytes(), 0o644)).To(Succeed())
+}
+
+// benchRealScaleUp scales a pool of real nodes from 0 to n: CAPDMP's, then the engine alone with
+// the same image and bootstrap data against the same control plane; or upstream CAPD's.
+func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
+	t.Helper()
+	name := "bench-scale-capdmp"
+	if upstream {
+		name = "bench-scale-capd"
+	}
+	var out []realScaleUp
+	t.Run(name, func(t *testing.T) {
+		s := startScenario(t, name)
+		// The older of the blocking tier's two images.
+		version := chain[len(chain)-2]
+		c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: version, ControlPlaneReplicas: 1, PoolVersion: version, PoolReplicas: 0, UpstreamPool: upstream})
+		s.wait("the control plane", budgets.ClusterReady, func(ctx context.Context) (bool, string, error) {
+			return conformance.ControlPlaneAt(ctx, c.KitCluster(), version, 1)
+		})
+		cfg, err := c.WorkloadConfig(s.ctx)
+		s.g.Expect(err).NotTo(HaveOccurred())
+		workload, err := client.New(cfg, client.Options{})
+		s.g.Expect(err).NotTo(HaveOccurred())
+		kit := c.KitCluster()
+
+		if !upstream {
+			data := waitForPoolData(s, c)
+			baseline := world.EngineBaseline(n, map[string]string{"test.capdmp.dev/bench": "engine"})
+			nodes := make([]string, n)
+			prefix := names.SimpleNameGenerator.GenerateName("bench-")
+			for i := range nodes {
+				nodes[i] = fmt.Sprintf("%s%02d", prefix, i)
+			}
+			image, err := nodeimage.ImageForVersion(version, "")
+			s.g.Expect(err).NotTo(HaveOccurred())
+			m, err := baseline.MakeNodes(s.ctx, data, image, nodes, nil)
+			s.g.Expect(err).NotTo(HaveOccurred(), "the engine alone")
+			s.logf("engine alone: %d nodes registered in %s", n, m.Joined.Round(100*time.Millisecond))
+			out = append(out, realScaleUp{System: "engine", Nodes: n, JoinedSeconds: m.Joined.Seconds()})
+			s.g.Expect(baseline.Remove(s.ctx)).To(Succeed())
+			for _, node := range nodes {
+				s.g.Expect(client.IgnoreNotFound(workload.Delete(s.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))).To(Succeed())
+			}
+		}
+
+		start := time.Now()
+		var joined time.Duration
+		s.g.Expect(conformance.SetMachinePool(s.ctx, kit, "scale", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(int32(n)) })).To(Succeed())
+		s.wait(fmt.Sprintf("the pool at %d", n), budgets.PoolUpgrade, func(ctx context.Context) (bool, string, error) {
+			if joined == 0 {
+				registered, err := registeredNodes(ctx, kit, workload)
+				if err != nil {
+					return false, "", err
+				}
+				if registered == n {
+					joined = time.Since(start)
+				}
+			}
+			return conformance.PoolAt(ctx, kit, version, int32(n))
+		})
+		system := "capdmp"
+		if upstream {
+			system = "capd"
+		}
+		out = append(out, realScaleUp{System: system, Nodes: n, JoinedSeconds: joined.Seconds(), ReadySeconds: time.Since(start).Seconds()})
+	})
+	return out
+}
+
+// registeredNodes counts the pool's instances that have a Node.
+func registeredNodes(ctx context.Context, kit framework.KitCluster, workload client.Client) (int, error) {
+	instances, err := kit.Instances(ctx)
+	if err != nil {
+		return 0, err
+	}
+	nodes := &corev1.NodeList{}
+	if err := workload.List(ctx, nodes); err != nil {
+		return 0, err
+	}
+	have := map[string]bool{}
+	for _, n := range nodes.Items {
+		have[n.Name] = true
+	}
+	count := 0
+	for _, i := range instances {
+		if have[i.Name] {
+			count++
+		}
+	}
+	return count, nil
+}
+
+// waitForPoolData waits for the MachinePool's bootstrap data and reads it.
+func waitForPoolData(s *scenario, c *framework.Cluster) *bootstrap.Data {
+	var data *bootstrap.Data
+	s.wait("the pool's bootstrap data", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
+		mp := &clusterv1.MachinePool{}
+		if err := world.Client.Get(ctx, c.MachinePool(), mp); err != nil {
+			return false, "", err
+		}
+		name := ptr.Deref(mp.Spec.Template.Spec.Bootstrap.DataSecretName, "")
+		if name == "" {
+			return false, "no data Secret yet", nil
+		}
+		d, err := bootstrap.Read(ctx, world.Client, c.Namespace, name)
+		if err != nil {
+			return false, "", err
+		}
+		data = d
+		return true, "", nil
+	})
+	return data
+}
+
+func commitOf() string {
+	out, err := exec.Command("git", "-C", testenv.RepoRoot(), "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
