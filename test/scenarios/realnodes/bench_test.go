@@ -3,15 +3,8 @@
 package realnodes
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +19,6 @@ import (
 
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/nodeimage"
-	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
 )
@@ -53,19 +45,12 @@ type realBenchResults struct {
 	ScaleUp []realScaleUp `json:"scaleUp"`
 }
 
-func benchInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 // TestBenchReal runs the skew comparison (BENCH_REAL_POOL workers, 3 by default, both pools at
 // once) and then the scale-up comparison (BENCH_REAL_NODES, 3 by default, one system at a time),
 // prints one line per figure and writes _artifacts/bench/results-real.json.
 func TestBenchReal(t *testing.T) {
-	results := realBenchResults{Date: time.Now().UTC().Format(time.RFC3339), Commit: commitOf()}
-	pool := int32(benchInt("BENCH_REAL_POOL", 3))
+	results := realBenchResults{Date: time.Now().UTC().Format(time.RFC3339), Commit: framework.Commit()}
+	pool := int32(framework.BenchSetting("BENCH_REAL_POOL", 3))
 	t.Run("skew", func(t *testing.T) {
 		var mu sync.Mutex
 		t.Run("group", func(t *testing.T) {
@@ -86,7 +71,7 @@ func TestBenchReal(t *testing.T) {
 			fmt.Printf("bench-real: skew, upgrade both at once, %d workers: %-18s %s\n", k.Pool, k.Name, k)
 		}
 	})
-	n := benchInt("BENCH_REAL_NODES", 3)
+	n := framework.BenchSetting("BENCH_REAL_NODES", 3)
 	t.Run("scale-up", func(t *testing.T) {
 		results.ScaleUp = append(results.ScaleUp, benchRealScaleUp(t, n, false)...)
 		results.ScaleUp = append(results.ScaleUp, benchRealScaleUp(t, n, true)...)
@@ -107,14 +92,9 @@ func TestBenchReal(t *testing.T) {
 	})
 
 	g := NewWithT(t)
-	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "bench")
-	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	g.Expect(enc.Encode(results)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(dir, "results-real.json"), out.Bytes(), 0o644)).To(Succeed())
+	out, err := framework.BenchJSON(results)
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(framework.WriteBenchFile("results-real.json", out)).To(Succeed())
 }
 
 // benchRealScaleUp scales a pool of real nodes from 0 to n: CAPDMP's, then the engine alone with
@@ -227,12 +207,4 @@ func waitForPoolData(s *scenario, c *framework.Cluster) *bootstrap.Data {
 		return true, "", nil
 	})
 	return data
-}
-
-func commitOf() string {
-	out, err := exec.Command("git", "-C", testenv.RepoRoot(), "describe", "--always", "--dirty").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
 }

@@ -3,9 +3,7 @@
 package stubnodes
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -94,20 +92,13 @@ type benchResults struct {
 	Notes       []string     `json:"notes"`
 }
 
-func benchEnv(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
-	}
-	return def
-}
-
 // TestBench runs every comparison, prints one line per figure and writes
 // _artifacts/bench/results.json and chart.svg. BENCH_SIZES (default 20,50), BENCH_ROLLOUT (20),
 // BENCH_TRIALS (20) and BENCH_COST (1: run the Go benchmarks of controllers) size it.
 func TestBench(t *testing.T) {
 	g := NewWithT(t)
 	results := benchResults{
-		Date: time.Now().UTC().Format(time.RFC3339), Commit: gitCommit(), CPUs: runtime.NumCPU(), Concurrency: benchConcurrency,
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: framework.Commit(), CPUs: runtime.NumCPU(), Concurrency: benchConcurrency,
 		Notes: []string{
 			"upstream CAPD's DockerMachinePool is not measured on the stub tier: its DockerMachine needs a DockerCluster, " +
 				"whose load balancer forwards to control-plane containers, and its nodes join over kind's network, " +
@@ -126,16 +117,16 @@ func TestBench(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
-	rollout := benchEnv("BENCH_ROLLOUT", 20)
+	rollout := framework.BenchSetting("BENCH_ROLLOUT", 20)
 	for _, n := range sizes {
 		t.Run(fmt.Sprintf("scale-up-%d", n), func(t *testing.T) {
 			results.Comparisons = append(results.Comparisons, benchScaleUp(t, n, n == rollout)...)
 		})
 	}
 	t.Run("gate-reopen", func(t *testing.T) {
-		results.GateReopen = benchGateReopen(t, benchEnv("BENCH_TRIALS", 20))
+		results.GateReopen = benchGateReopen(t, framework.BenchSetting("BENCH_TRIALS", 20))
 	})
-	if benchEnv("BENCH_COST", 1) == 1 {
+	if framework.BenchSetting("BENCH_COST", 1) == 1 {
 		t.Run("scale-cost", func(t *testing.T) { results.ScaleCost = benchScaleCost(t) })
 	}
 	writeBenchResults(t, results)
@@ -443,27 +434,14 @@ func benchScaleCost(t *testing.T) []costFigure {
 	return figures
 }
 
-func gitCommit() string {
-	out, err := exec.Command("git", "-C", testenv.RepoRoot(), "describe", "--always", "--dirty").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
-}
-
 func writeBenchResults(t *testing.T, r benchResults) {
 	t.Helper()
 	g := NewWithT(t)
-	dir := filepath.Join(testenv.RepoRoot(), "_artifacts", "bench")
-	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	g.Expect(enc.Encode(r)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(dir, "results.json"), out.Bytes(), 0o644)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(dir, "chart.svg"), benchChart(r), 0o644)).To(Succeed())
-	fmt.Printf("bench: wrote %s and chart.svg\n", filepath.Join(dir, "results.json"))
+	out, err := framework.BenchJSON(r)
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(framework.WriteBenchFile("results.json", out)).To(Succeed())
+	g.Expect(framework.WriteBenchFile("chart.svg", benchChart(r))).To(Succeed())
+	fmt.Printf("bench: wrote %s and chart.svg\n", filepath.Join(framework.BenchDir(), "results.json"))
 }
 
 // benchChart draws the comparisons as horizontal bars, CAPDMP's beside the engine's, each with

@@ -1,0 +1,53 @@
+package framework
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/capdmp/capdmp/internal/test/testenv"
+)
+
+// BenchDir is where the bench drivers write their results.
+func BenchDir() string { return filepath.Join(testenv.RepoRoot(), "_artifacts", "bench") }
+
+// WriteBenchFile writes content as name in BenchDir, making the folder.
+func WriteBenchFile(name string, content []byte) error {
+	if err := os.MkdirAll(BenchDir(), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(BenchDir(), name), content, 0o644) //nolint:gosec // results for anyone to read
+}
+
+// BenchJSON is v as indented JSON, with "<" and ">" as they are: figures say "0->20".
+func BenchJSON(v any) ([]byte, error) {
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// BenchSetting reads a bench size from the environment: a whole number, def when unset or not one.
+func BenchSetting(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
+// Commit is the tree's `git describe --always --dirty`, for results to say what they measured.
+func Commit() string {
+	out, err := exec.Command("git", "-C", testenv.RepoRoot(), "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
