@@ -67,10 +67,12 @@ func runKit(t *testing.T, name string, upstream bool, poolReplicas int32) kitOut
 	if !ok {
 		t.Fatal("the table has no s1-machinepool-first")
 	}
+	// The scenario's waits follow its shape.
+	sc.Shape.PoolReplicas = poolReplicas
 	s := startScenario(t, name)
 	from, err := sc.From(chain)
 	s.g.Expect(err).NotTo(HaveOccurred())
-	c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: from, ControlPlaneReplicas: 1, PoolVersion: from, PoolReplicas: int(poolReplicas), UpstreamPool: upstream})
+	c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: from, ControlPlaneReplicas: int(sc.Shape.ControlPlaneReplicas), PoolVersion: from, PoolReplicas: int(poolReplicas), UpstreamPool: upstream})
 	report, err := s.run(sc, c.KitCluster())
 	m := report.Monitor
 	s.logf("kit: %s; %d violations in %s; ended: %v", m.Coverage, len(m.Violations), report.Duration.Round(time.Second), err)
