@@ -172,14 +172,15 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (Container, error) {
 	}
 
 	config, hostConfig, networkConfig := dockerCreateOptions(spec)
+	// Each request ends (and is timed) before the next starts.
 	createCtx, cancel := d.call(ctx, "ContainerCreate")
-	defer cancel()
 	created, err := d.client.ContainerCreate(createCtx, client.ContainerCreateOptions{
 		Name:             spec.Name,
 		Config:           config,
 		HostConfig:       hostConfig,
 		NetworkingConfig: networkConfig,
 	})
+	cancel()
 	if err != nil {
 		switch {
 		case cerrdefs.IsConflict(err):
@@ -192,8 +193,9 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (Container, error) {
 	}
 
 	startCtx, cancel := d.call(ctx, "ContainerStart")
-	defer cancel()
-	if _, err := d.client.ContainerStart(startCtx, created.ID, client.ContainerStartOptions{}); err != nil {
+	_, err = d.client.ContainerStart(startCtx, created.ID, client.ContainerStartOptions{})
+	cancel()
+	if err != nil {
 		startErr := fmt.Errorf("failed to start container %q: %w", spec.Name, d.unavailable(ctx, err))
 		// A container that was created but cannot start would block the name; remove it so that
 		// the next reconcile starts from scratch.
@@ -263,7 +265,6 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 		return ExecResult{}, errors.New("failed to exec: empty command")
 	}
 	createCtx, cancel := d.call(ctx, "ExecCreate")
-	defer cancel()
 	created, err := d.client.ExecCreate(createCtx, containerName, client.ExecCreateOptions{
 		Cmd:          cmd,
 		Privileged:   true,
@@ -271,6 +272,7 @@ func (d *Docker) Exec(ctx context.Context, containerName string, cmd []string, s
 		AttachStdout: true,
 		AttachStderr: true,
 	})
+	cancel()
 	if err != nil {
 		switch {
 		case cerrdefs.IsNotFound(err):
@@ -469,9 +471,9 @@ func (d *Docker) EnsureNetwork(ctx context.Context, name string) error {
 	defer d.networkMu.Unlock()
 
 	listCtx, cancel := d.call(ctx, "NetworkList")
-	defer cancel()
 	// The name filter matches substrings; the exact name is checked below.
 	res, err := d.client.NetworkList(listCtx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
+	cancel()
 	if err != nil {
 		return fmt.Errorf("failed to list networks named %q: %w", name, d.unavailable(ctx, err))
 	}
