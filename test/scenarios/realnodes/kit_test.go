@@ -53,8 +53,8 @@ func (k kitOutcome) String() string {
 	if k.Violations == 0 {
 		return fmt.Sprintf("%s: 0 violations in %d judged samples", k.Name, k.Judged)
 	}
-	return fmt.Sprintf("%s: %d violations of %d judged samples, first at %.1fs, last at %.1fs: %s",
-		k.Name, k.Violations, k.Judged, k.FirstAt, k.LastAt, k.First)
+	return fmt.Sprintf("%s: %d violations (one per kubelet and sample) in %d judged samples, for %.1fs from %.1fs to %.1fs: %s",
+		k.Name, k.Violations, k.Judged, k.LastAt-k.FirstAt, k.FirstAt, k.LastAt, k.First)
 }
 
 // runKit runs s1-machinepool-first on a cluster whose pool is CAPDMP's, or upstream CAPD's, with
@@ -92,6 +92,7 @@ func runKit(t *testing.T, name string, upstream bool, poolReplicas int32) kitOut
 		s.check(report, err)
 		return k
 	}
+	s.res.samples, s.res.finding = m.Coverage.Samples, k.String()
 	s.g.Expect(m.Coverage.Judged).To(BeNumerically(">", 0))
 	s.g.Expect(m.Violations).NotTo(BeEmpty(), "the kit must see upstream CAPD's pool break the policy")
 	return k
