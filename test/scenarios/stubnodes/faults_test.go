@@ -463,14 +463,19 @@ func TestFaultEngineRestarted(t *testing.T) {
 	seen := watchContainerIDs(t, c)
 	monitor := conformance.StartMonitor(ctx, stubSource{contract: conformance.NewContractSource(c.conformanceCluster())}, 50*time.Millisecond, nil)
 
+	// The samples the monitor cannot read while the engine is stopped on purpose: blind by
+	// design, they do not count against its coverage.
+	stoppedUnreadable := 0
 	restartWhen := func(what string, ready func([]container.Container) bool) {
 		t.Helper()
 		g.Eventually(func() bool { return ready(c.containers()) }, 2*time.Minute, 100*time.Millisecond).Should(BeTrue(), what)
 		before := c.containers()
 		start := time.Now()
+		unreadable := monitor.Report().Coverage.Unknown
 		g.Expect(private.Stop(ctx)).To(Succeed())
 		time.Sleep(engineRestart)
 		g.Expect(private.Start(ctx)).To(Succeed())
+		stoppedUnreadable += monitor.Report().Coverage.Unknown - unreadable
 		t.Logf("engine restarted %s in %s with %d containers: %s", what, time.Since(start).Round(time.Millisecond), len(before), describeContainers(before))
 	}
 
@@ -490,9 +495,12 @@ func TestFaultEngineRestarted(t *testing.T) {
 	t.Logf("after the upgrade: %s", describeContainers(c.containers()))
 
 	report := monitor.Stop()
-	t.Logf("monitor: %s", report.Coverage)
+	running := report.Coverage
+	running.Samples -= stoppedUnreadable
+	running.Unknown -= stoppedUnreadable
+	t.Logf("monitor: %s; while the engine ran: %s", report.Coverage, running)
 	t.Logf("containers seen: %d; Machines the pool remediated: %d", len(seen()), c.remediationEvents())
-	g.Expect(report.Coverage.Blind()).To(BeEmpty())
+	g.Expect(running.Blind()).To(BeEmpty())
 	g.Expect(report.Violations).To(BeEmpty())
 	for name, ids := range seen() {
 		g.Expect(ids).To(HaveLen(1), "container %s was created more than once", name)

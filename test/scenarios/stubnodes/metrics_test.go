@@ -106,7 +106,9 @@ func TestManagerMetrics(t *testing.T) {
 	}{
 		{"capdmp_version_gate_waiting", withLabel(pool, "reason", string(skew.Admitted)), Equal(0.0)},
 		{"capdmp_version_gate_waiting_seconds", pool, Equal(0.0)},
-		{"capdmp_version_gate_reopens_total", pool, Equal(1.0)},
+		// At least once: a reconcile that reads the pool before the last one's status write
+		// reached the cache sees the re-open again (and emits its event again).
+		{"capdmp_version_gate_reopens_total", pool, BeNumerically(">=", 1)},
 		// Two bootstraps at v1.31, two at v1.32.
 		{"capdmp_bootstrap_duration_seconds", nil, BeNumerically(">=", 4)},
 		{"capdmp_docker_requests_total", map[string]string{"operation": "ContainerCreate"}, BeNumerically(">=", 5)},
