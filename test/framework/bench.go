@@ -20,7 +20,7 @@ func WriteBenchFile(name string, content []byte) error {
 	if err := os.MkdirAll(BenchDir(), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(BenchDir(), name), content, 0o644) //nolint:gosec // results for anyone to read
+	return os.WriteFile(filepath.Join(BenchDir(), name), content, 0o644)
 }
 
 // BenchJSON is v as indented JSON, with "<" and ">" as they are: figures say "0->20".
