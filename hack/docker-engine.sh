@@ -215,6 +215,11 @@ cmd_stop() {
     log "dockerd (pid ${pid}) did not exit in 30 s, killing it"
     kill -KILL "${pid}" 2>/dev/null || true
   fi
+  # dockerd leaves its network namespace mounted under its exec-root; put the host back.
+  local mnt
+  for mnt in $(awk -v root="${EXEC_ROOT}/" 'index($2, root) == 1 { print $2 }' /proc/self/mounts); do
+    umount -l "${mnt}" 2>/dev/null || true
+  done
   rm -f "${PIDFILE}" "${SOCK}"
   log "stopped"
 }
