@@ -10,6 +10,11 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
@@ -50,6 +55,15 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 		m              Milestones
 		running, added int
 	)
+	// done counts one more node through a stage and notes when the last one is through.
+	done := func(count *int, at *time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		*count++
+		if *count == len(names) {
+			*at = time.Since(start)
+		}
+	}
 	// Made containers queue for the bootstraps: creates never wait for a bootstrap slot.
 	made := make(chan int, len(names))
 	bootstraps := errgroup.Group{}
@@ -59,12 +73,7 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 				if err := e.bootstrap(ctx, data, names[i]); err != nil {
 					return err
 				}
-				mu.Lock()
-				added++
-				if added == len(names) {
-					m.Joined = time.Since(start)
-				}
-				mu.Unlock()
+				done(&added, &m.Joined)
 				if replace != nil {
 					if err := replace(i); err != nil {
 						return err
@@ -82,12 +91,7 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 			if _, err := e.Engine.Create(ctx, spec); err != nil {
 				return err
 			}
-			mu.Lock()
-			running++
-			if running == len(names) {
-				m.Running = time.Since(start)
-			}
-			mu.Unlock()
+			done(&running, &m.Running)
 			made <- i
 			return nil
 		})
@@ -101,19 +105,11 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 
 // bootstrap waits for the node to boot, then runs the bootstrap commands one after the other.
 func (e EngineBaseline) bootstrap(ctx context.Context, data *bootstrap.Data, name string) error {
-	for {
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		status, err := bootstrap.Check(ctx, e.Engine, name)
-		if err != nil {
-			return err
-		}
-		if status.State != bootstrap.StateBooting {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return status.State != bootstrap.StateBooting, err
+	}); err != nil {
+		return err
 	}
 	cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 	if err != nil {
@@ -135,8 +131,26 @@ func (e EngineBaseline) bootstrap(ctx context.Context, data *bootstrap.Data, nam
 	return nil
 }
 
-// Remove removes the baseline's containers.
-func (e EngineBaseline) Remove(ctx context.Context) error {
+// NodeNames names n baseline nodes, apart from any other run's.
+func NodeNames(n int) []string {
+	run := names.SimpleNameGenerator.GenerateName("bench-")
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", run, i)
+	}
+	return out
+}
+
+// RemoveNode removes a baseline node: its container, and its Node from workload.
+func (e EngineBaseline) RemoveNode(ctx context.Context, workload client.Client, name string) error {
+	if err := e.Engine.Delete(ctx, name); err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(workload.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+}
+
+// Remove removes every baseline node left, with its Node.
+func (e EngineBaseline) Remove(ctx context.Context, workload client.Client) error {
 	left, err := e.Engine.List(ctx, e.Labels)
 	if err != nil {
 		return err
@@ -144,7 +158,7 @@ func (e EngineBaseline) Remove(ctx context.Context) error {
 	removals := errgroup.Group{}
 	removals.SetLimit(e.Concurrency)
 	for _, c := range left {
-		removals.Go(func() error { return e.Engine.Delete(ctx, c.Name) })
+		removals.Go(func() error { return e.RemoveNode(ctx, workload, c.Name) })
 	}
 	return removals.Wait()
 }

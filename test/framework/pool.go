@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/pkg/skew"
@@ -129,4 +131,18 @@ func (p *CAPDMPPool) BootstrapData(ctx context.Context, version string) (map[str
 		data[m.Name] = m.Labels[infrav1.BootstrapDataHashLabel]
 	}
 	return data, nil
+}
+
+// CurrentBootstrapData is the MachinePool's bootstrap data as its bootstrap provider rendered it
+// last; nil while there is none yet.
+func (p *CAPDMPPool) CurrentBootstrapData(ctx context.Context) (*bootstrap.Data, error) {
+	mp := &clusterv1.MachinePool{}
+	if err := p.Management.Get(ctx, p.Key, mp); err != nil {
+		return nil, err
+	}
+	name := ptr.Deref(mp.Spec.Template.Spec.Bootstrap.DataSecretName, "")
+	if name == "" {
+		return nil, nil
+	}
+	return bootstrap.Read(ctx, p.Management, p.Key.Namespace, name)
 }

@@ -11,8 +11,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -123,21 +121,13 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 		if !upstream {
 			data := waitForPoolData(s, c)
 			baseline := world.EngineBaseline(n, map[string]string{"test.capdmp.dev/bench": "engine"})
-			nodes := make([]string, n)
-			prefix := names.SimpleNameGenerator.GenerateName("bench-")
-			for i := range nodes {
-				nodes[i] = fmt.Sprintf("%s%02d", prefix, i)
-			}
 			image, err := nodeimage.ImageForVersion(version, "")
 			s.g.Expect(err).NotTo(HaveOccurred())
-			m, err := baseline.MakeNodes(s.ctx, data, image, nodes, nil)
+			m, err := baseline.MakeNodes(s.ctx, data, image, framework.NodeNames(n), nil)
 			s.g.Expect(err).NotTo(HaveOccurred(), "the engine alone")
 			s.logf("engine alone: %d nodes registered in %s", n, m.Joined.Round(100*time.Millisecond))
 			out = append(out, realScaleUp{System: "engine", Nodes: n, JoinedSeconds: m.Joined.Seconds()})
-			s.g.Expect(baseline.Remove(s.ctx)).To(Succeed())
-			for _, node := range nodes {
-				s.g.Expect(client.IgnoreNotFound(workload.Delete(s.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))).To(Succeed())
-			}
+			s.g.Expect(baseline.Remove(s.ctx, workload)).To(Succeed())
 		}
 
 		start := time.Now()
@@ -191,20 +181,9 @@ func registeredNodes(ctx context.Context, kit framework.KitCluster, workload cli
 func waitForPoolData(s *scenario, c *framework.Cluster) *bootstrap.Data {
 	var data *bootstrap.Data
 	s.wait("the pool's bootstrap data", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
-		mp := &clusterv1.MachinePool{}
-		if err := world.Client.Get(ctx, c.MachinePool(), mp); err != nil {
-			return false, "", err
-		}
-		name := ptr.Deref(mp.Spec.Template.Spec.Bootstrap.DataSecretName, "")
-		if name == "" {
-			return false, "no data Secret yet", nil
-		}
-		d, err := bootstrap.Read(ctx, world.Client, c.Namespace, name)
-		if err != nil {
-			return false, "", err
-		}
-		data = d
-		return true, "", nil
+		var err error
+		data, err = c.CurrentBootstrapData(ctx)
+		return data != nil, "no data Secret yet", err
 	})
 	return data
 }

@@ -13,16 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -132,10 +127,10 @@ func TestBench(t *testing.T) {
 	writeBenchResults(t, results)
 }
 
-// milestones records when conditions first held, from a start.
+// milestones records when conditions first held, from a start; watchPool's polls, one after the
+// other, fill it.
 type milestones struct {
 	start time.Time
-	mu    sync.Mutex
 	times map[string]time.Duration
 }
 
@@ -144,19 +139,13 @@ func newMilestones() *milestones {
 }
 
 func (m *milestones) reached(name string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if _, ok := m.times[name]; !ok {
 		m.times[name] = time.Since(m.start)
 	}
 }
 
 // at is when name was reached, 0 if it was not.
-func (m *milestones) at(name string) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.times[name]
-}
+func (m *milestones) at(name string) time.Duration { return m.times[name] }
 
 // Milestones of a scale-up or rollout.
 const (
@@ -175,9 +164,10 @@ func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 0})
 	data := waitForBootstrapData(t, c)
 	baseline := framework.EngineBaseline{Engine: engine, Network: container.HostNetwork, Concurrency: benchConcurrency, Labels: map[string]string{benchLabel: "engine"}}
-	t.Cleanup(func() { removeBaseline(t, baseline) })
+	removeBaseline := func() { g.Expect(baseline.Remove(ctx, testEnv.Workload.Client)).To(Succeed()) }
+	t.Cleanup(removeBaseline)
 
-	old := baselineNames(n)
+	old := framework.NodeNames(n)
 	engineScale, err := baseline.MakeNodes(ctx, data, stubnode.Image(v131), old, nil)
 	g.Expect(err).ToNot(HaveOccurred(), "the engine alone")
 	capdmpScale := newMilestones()
@@ -196,8 +186,10 @@ func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
 			version  string
 			maxSurge *intstr.IntOrString
 		}{{version: v132}, {version: v133, maxSurge: ptr.To(intstr.FromInt32(benchConcurrency))}} {
-			next := baselineNames(n)
-			engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(step.version), next, func(i int) error { return removeStubNode(ctx, old[i]) })
+			next := framework.NodeNames(n)
+			engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(step.version), next, func(i int) error {
+				return baseline.RemoveNode(ctx, testEnv.Workload.Client, old[i])
+			})
 			g.Expect(err).ToNot(HaveOccurred(), "the engine alone, rollout to %s", step.version)
 			old = next
 			pool := &infrav1.DockerMachinePool{}
@@ -216,7 +208,7 @@ func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
 				compare(what+": old nodes removed", capdmpRollout.at(poolReady), engineRollout.Done))
 		}
 	}
-	removeBaseline(t, baseline)
+	removeBaseline()
 	// Scaled down before the Cluster goes, so that its deletion fits the cleanup's wait.
 	c.setReplicas(0)
 	g.Eventually(func(g Gomega) { g.Expect(c.containers()).To(BeEmpty()) }, 5*time.Minute, time.Second).Should(Succeed())
@@ -234,27 +226,16 @@ func compare(figure string, capdmp, engine time.Duration) comparison {
 	return c
 }
 
-// baselineNames names n baseline nodes, apart from any other run's.
-func baselineNames(n int) []string {
-	run := names.SimpleNameGenerator.GenerateName("bench-")
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s%02d", run, i)
-	}
-	return out
-}
-
 // waitForBootstrapData waits for the MachinePool's bootstrap data and reads it.
 func waitForBootstrapData(t *testing.T, c *testCluster) *bootstrap.Data {
 	t.Helper()
-	g := NewWithT(t)
-	var name string
-	g.Eventually(func(g Gomega) {
-		name = ptr.Deref(c.machinePool().Spec.Template.Spec.Bootstrap.DataSecretName, "")
-		g.Expect(name).ToNot(BeEmpty())
+	var data *bootstrap.Data
+	NewWithT(t).Eventually(func(g Gomega) {
+		var err error
+		data, err = c.conformanceCluster().CurrentBootstrapData(context.Background())
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(data).ToNot(BeNil())
 	}, time.Minute, benchPoll).Should(Succeed())
-	data, err := bootstrap.Read(context.Background(), mgmt, c.namespace, name)
-	g.Expect(err).ToNot(HaveOccurred())
 	return data
 }
 
@@ -263,11 +244,12 @@ func waitForBootstrapData(t *testing.T, c *testCluster) *bootstrap.Data {
 // containers removed).
 func watchPool(t *testing.T, c *testCluster, n int, version string, m *milestones, timeout time.Duration) {
 	t.Helper()
+	label := versionLabel(NewWithT(t), version)
 	NewWithT(t).Eventually(func(g Gomega) {
 		cs := c.containers()
 		running := 0
 		for _, ct := range cs {
-			if ct.Running && ct.Labels[infrav1.KubernetesVersionLabel] == versionLabel(g, version) {
+			if ct.Running && ct.Labels[infrav1.KubernetesVersionLabel] == label {
 				running++
 			}
 		}
@@ -296,29 +278,6 @@ func versionLabel(g Gomega, version string) string {
 	l, err := skew.VersionLabelValue(version)
 	g.Expect(err).ToNot(HaveOccurred())
 	return l
-}
-
-// removeStubNode removes a baseline node: its container and its Node.
-func removeStubNode(ctx context.Context, name string) error {
-	if err := engine.Delete(ctx, name); err != nil {
-		return err
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := testEnv.Workload.Client.Delete(ctx, node); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	return nil
-}
-
-// removeBaseline removes every baseline node left.
-func removeBaseline(t *testing.T, baseline framework.EngineBaseline) {
-	t.Helper()
-	ctx := context.Background()
-	left, err := engine.List(ctx, baseline.Labels)
-	NewWithT(t).Expect(err).ToNot(HaveOccurred())
-	for _, c := range left {
-		NewWithT(t).Expect(removeStubNode(ctx, c.Name)).To(Succeed())
-	}
 }
 
 func printComparison(c comparison) {
