@@ -99,8 +99,9 @@ func (s *poolScope) deletionOrder(in []*instance) []*instance {
 // planCreation decides how many containers scale-up may create and at which version: the target
 // when the gate admits it, otherwise the last admitted version for replacements and scale-up.
 func (s *poolScope) planCreation() creationPlan {
-	missing := s.desiredReplicas() + s.surge() - len(s.active())
-	if s.surge() > 0 {
+	surge := s.surge()
+	missing := s.desiredReplicas() + surge - len(s.active())
+	if surge > 0 {
 		// A rollout makes no more new containers than the desired count.
 		current := 0
 		for _, i := range s.active() {
