@@ -3,7 +3,6 @@ package webhooks
 import (
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	"github.com/distribution/reference"
@@ -108,28 +107,27 @@ func validateStrategy(strategy infrav1.DockerMachinePoolStrategy, fldPath *field
 	var allErrs field.ErrorList
 	update := strategy.RollingUpdate
 	path := fldPath.Child("rollingUpdate")
+	// The controller reads the values with the same function (poolScope.rollingUpdate).
 	check := func(name string, v *intstr.IntOrString, maxPercent int) bool {
 		if v == nil {
 			return false
 		}
 		p := path.Child(name)
-		switch v.Type {
-		case intstr.Int:
-			if v.IntVal < 0 {
-				allErrs = append(allErrs, field.Invalid(p, v.IntVal, "must not be negative"))
-			}
-			return v.IntVal == 0
-		default:
-			percent, ok := strings.CutSuffix(v.StrVal, "%")
-			n, err := strconv.Atoi(percent)
-			switch {
-			case !ok || err != nil || n < 0:
-				allErrs = append(allErrs, field.Invalid(p, v.StrVal, "must be a number or a percentage such as \"25%\""))
-			case maxPercent > 0 && n > maxPercent:
-				allErrs = append(allErrs, field.Invalid(p, v.StrVal, fmt.Sprintf("must not be above %d%%", maxPercent)))
-			}
-			return n == 0
+		var shown any = v.StrVal
+		if v.Type == intstr.Int {
+			shown = v.IntVal
 		}
+		// Scaled against 100, a percentage is its number.
+		n, err := intstr.GetScaledValueFromIntOrPercent(v, 100, false)
+		switch {
+		case err != nil:
+			allErrs = append(allErrs, field.Invalid(p, shown, "must be a number or a percentage such as \"25%\""))
+		case n < 0:
+			allErrs = append(allErrs, field.Invalid(p, shown, "must not be negative"))
+		case v.Type == intstr.String && maxPercent > 0 && n > maxPercent:
+			allErrs = append(allErrs, field.Invalid(p, shown, fmt.Sprintf("must not be above %d%%", maxPercent)))
+		}
+		return err == nil && n == 0
 	}
 	surgeZero := check("maxSurge", update.MaxSurge, 0)
 	unavailableZero := check("maxUnavailable", update.MaxUnavailable, 100)
