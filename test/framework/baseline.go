@@ -29,6 +29,10 @@ type EngineBaseline struct {
 	Network string
 	// Concurrency is how many nodes are made at once: the pool's bootstrap concurrency.
 	Concurrency int
+	// MaxSurge, in a rollout, is how many new nodes may exist before the old nodes they replace
+	// are removed: the pool's rollingUpdate.maxSurge, so that both replace at the same pace.
+	// 0 means no limit.
+	MaxSurge int
 	// Labels mark the baseline's containers.
 	Labels map[string]string
 }
@@ -47,9 +51,15 @@ type Milestones struct {
 // and containerd on a real node; nothing on a stub), and runs data's bootstrap commands in it,
 // as CAPDMP runs them. Creates and bootstraps are two stages, each with Concurrency at once, as
 // a pool creates containers while its machines bootstrap the ones it made. After node i is made,
-// replace(i) runs when not nil: a rollout removes an old node there.
+// replace(i) runs when not nil: a rollout removes an old node there, and MaxSurge holds back
+// creates until as many old nodes are gone.
 func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, image string, names []string, replace func(i int) error) (Milestones, error) {
 	start := time.Now()
+	// surge holds a slot per new node whose old node is not removed yet.
+	var surge chan struct{}
+	if replace != nil && e.MaxSurge > 0 {
+		surge = make(chan struct{}, e.MaxSurge)
+	}
 	var (
 		mu             sync.Mutex
 		m              Milestones
@@ -66,7 +76,8 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 	}
 	// Made containers queue for the bootstraps: creates never wait for a bootstrap slot.
 	made := make(chan int, len(names))
-	bootstraps := errgroup.Group{}
+	// A failed bootstrap cancels the creates waiting for a surge slot it would have freed.
+	bootstraps, ctx := errgroup.WithContext(ctx)
 	for range e.Concurrency {
 		bootstraps.Go(func() error {
 			for i := range made {
@@ -78,6 +89,9 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 					if err := replace(i); err != nil {
 						return err
 					}
+					if surge != nil {
+						<-surge
+					}
 				}
 			}
 			return nil
@@ -87,6 +101,13 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 	creates.SetLimit(e.Concurrency)
 	for i, name := range names {
 		creates.Go(func() error {
+			if surge != nil {
+				select {
+				case surge <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			spec := container.NodeSpec(container.NodeSpecInput{Name: name, Image: image, ClusterName: "capdmp-baseline", Network: e.Network, Labels: e.Labels})
 			if _, err := e.Engine.Create(ctx, spec); err != nil {
 				return err

@@ -182,11 +182,17 @@ func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
 	}
 	if rollout {
 		// The default strategy (one at a time), then maxSurge as many as the engine makes at once.
+		// The engine replaces at the same pace: no more new nodes ahead of the removals than the
+		// pool's maxSurge.
 		for _, step := range []struct {
 			version  string
 			maxSurge *intstr.IntOrString
 		}{{version: v132}, {version: v133, maxSurge: ptr.To(intstr.FromInt32(benchConcurrency))}} {
 			next := framework.NodeNames(n)
+			baseline.MaxSurge = 1
+			if step.maxSurge != nil {
+				baseline.MaxSurge = step.maxSurge.IntValue()
+			}
 			engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(step.version), next, func(i int) error {
 				return baseline.RemoveNode(ctx, testEnv.Workload.Client, old[i])
 			})
