@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -25,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -55,6 +58,8 @@ type options struct {
 	createConcurrency   int
 	allowedHostPaths    []string
 	logOptions          *logs.Options
+	// skipNameValidation lets a process start more than one manager (benchmarks); not a flag.
+	skipNameValidation bool
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -126,28 +131,37 @@ func cacheOptions(namespace string) (ctrlcache.Options, error) {
 }
 
 func run(ctx context.Context, o *options) error {
-	log := ctrl.LoggerFrom(ctx)
-	hostPaths, err := hostpath.NewPolicy(o.allowedHostPaths)
-	if err != nil {
-		return err
-	}
-	log.Info("Host paths pools may mount", "allowedHostPaths", hostPaths.Allowed())
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-
-	runtimeEngine, err := container.NewDocker()
+	engine, err := container.NewDocker()
 	if err != nil {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
 	}
-	runtimeEngine.CallTimeout = o.dockerCallTimeout
-
-	cache, err := cacheOptions(o.watchNamespace)
+	engine.CallTimeout = o.dockerCallTimeout
+	mgr, err := newManager(ctx, o, cfg, engine)
 	if err != nil {
 		return err
 	}
+	ctrl.LoggerFrom(ctx).Info("Starting manager")
+	return mgr.Start(ctx)
+}
+
+// newManager wires the manager: its cache and clients, the ClusterCache, both reconcilers on
+// the container runtime, the webhooks and the health checks.
+func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine container.Runtime) (ctrl.Manager, error) {
+	hostPaths, err := hostpath.NewPolicy(o.allowedHostPaths)
+	if err != nil {
+		return nil, err
+	}
+	ctrl.LoggerFrom(ctx).Info("Host paths pools may mount", "allowedHostPaths", hostPaths.Allowed())
+	cache, err := cacheOptions(o.watchNamespace)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Controller:             config.Controller{SkipNameValidation: ptr.To(o.skipNameValidation)},
 		Cache:                  cache,
 		Scheme:                 newScheme(),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddr},
@@ -164,7 +178,7 @@ func run(ctx context.Context, o *options) error {
 		}},
 	})
 	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
+		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 
 	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
@@ -173,7 +187,7 @@ func run(ctx context.Context, o *options) error {
 		Client:           clustercache.ClientOptions{UserAgent: "capdmp-manager", Cache: clustercache.ClientCacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	}, controller.Options{MaxConcurrentReconciles: 10})
 	if err != nil {
-		return fmt.Errorf("setting up the ClusterCache: %w", err)
+		return nil, fmt.Errorf("setting up the ClusterCache: %w", err)
 	}
 
 	if err := (&controllers.DockerMachinePoolReconciler{
@@ -187,7 +201,7 @@ func run(ctx context.Context, o *options) error {
 		HostPaths:            hostPaths,
 		MaxConcurrentCreates: o.createConcurrency,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.poolConcurrency}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := (&controllers.DockerMachinePoolMachineReconciler{
 		Client:           mgr.GetClient(),
@@ -196,19 +210,18 @@ func run(ctx context.Context, o *options) error {
 		ClusterCache:     clusterCache,
 		WatchFilterValue: o.watchFilterValue,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.machineConcurrency}); err != nil {
-		return err
+		return nil, err
 	}
 	if o.enableWebhooks {
 		if err := webhooks.SetupWebhooksWithManager(mgr, hostPaths); err != nil {
-			return fmt.Errorf("setting up webhooks: %w", err)
+			return nil, fmt.Errorf("setting up webhooks: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
+		return nil, err
 	}
-	log.Info("Starting manager")
-	return mgr.Start(ctx)
+	return mgr, nil
 }

@@ -371,11 +371,24 @@ func quantilesOf(ds []time.Duration) quantiles {
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 // benchScaleCost runs the Go benchmarks of a pool's cost at scale (controllers/scale_bench_test.go)
-// and reads their figures.
+// and of a manager's memory holding 1000 instances (main_bench_test.go), and reads their figures.
 func benchScaleCost(t *testing.T) []costFigure {
 	t.Helper()
+	var figures []costFigure
+	for _, run := range []struct{ pkg, bench, benchtime string }{
+		{pkg: "./controllers/", bench: "BenchmarkNoChangeReconcile|BenchmarkPoolMemory1000", benchtime: "20x"},
+		{pkg: ".", bench: "BenchmarkManagerMemory1000", benchtime: "1x"},
+	} {
+		figures = append(figures, runGoBenchmarks(t, run.pkg, run.bench, run.benchtime)...)
+	}
+	return figures
+}
+
+// runGoBenchmarks runs the benchmarks of pkg that match bench and reads their figures.
+func runGoBenchmarks(t *testing.T, pkg, bench, benchtime string) []costFigure {
+	t.Helper()
 	g := NewWithT(t)
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkNoChangeReconcile|BenchmarkPoolMemory1000", "-benchtime", "20x", "./controllers/")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", bench, "-benchtime", benchtime, pkg)
 	cmd.Dir = testenv.RepoRoot()
 	out, err := cmd.CombinedOutput()
 	g.Expect(err).ToNot(HaveOccurred(), "%s", out)
@@ -395,7 +408,7 @@ func benchScaleCost(t *testing.T) []costFigure {
 		fmt.Printf("bench: %-62s %s\n", f.Benchmark, m[2])
 		figures = append(figures, f)
 	}
-	g.Expect(figures).ToNot(BeEmpty(), "no benchmark lines in:\n%s", out)
+	g.Expect(figures).ToNot(BeEmpty(), "no benchmark lines of %s in:\n%s", pkg, out)
 	return figures
 }
 
