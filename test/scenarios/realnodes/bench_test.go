@@ -43,6 +43,9 @@ type realBenchResults struct {
 	ScaleUp []realScaleUp `json:"scaleUp"`
 }
 
+// managerBootstrapConcurrency is the manager's default --dockermachinepoolmachine-concurrency.
+const managerBootstrapConcurrency = 10
+
 // TestBenchReal runs the skew comparison (BENCH_REAL_POOL workers, 3 by default, both pools at
 // once) and then the scale-up comparison (BENCH_REAL_NODES, 3 by default, one system at a time),
 // prints one line per figure and writes _artifacts/bench/results-real.json.
@@ -120,7 +123,8 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 
 		if !upstream {
 			data := waitForPoolData(s, c)
-			baseline := world.EngineBaseline(n, map[string]string{"test.capdmp.dev/bench": "engine"})
+			// As many bootstraps at once as the manager runs (--dockermachinepoolmachine-concurrency).
+			baseline := world.EngineBaseline(min(n, managerBootstrapConcurrency), map[string]string{"test.capdmp.dev/bench": "engine"})
 			image, err := nodeimage.ImageForVersion(version, "")
 			s.g.Expect(err).NotTo(HaveOccurred())
 			m, err := baseline.MakeNodes(s.ctx, data, image, framework.NodeNames(n), nil)
