@@ -253,7 +253,8 @@ echo "first" > /etc/capdmp/appended`
 	t.Run("Stop ends the whole runner and reports the step it cut short", func(t *testing.T) {
 		g := NewWithT(t)
 		node := startSlow(t, g, "stop")
-		g.Eventually(func(g Gomega) { g.Expect(sh(g, node, "ps -o args")).To(ContainSubstring("sleep")) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+		// The loop of runcmd[0] (the node's own process is a sleep too).
+		g.Eventually(func(g Gomega) { g.Expect(sh(g, node, "ps -o args")).To(ContainSubstring("sleep 0.1")) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 		g.Expect(bootstrap.Stop(ctx, d, node)).To(Succeed())
 		s := status(g, node)
 		g.Expect(s.State).To(Equal(bootstrap.StateFailed))
