@@ -83,7 +83,10 @@ type DockerMachinePoolReconciler struct {
 
 	recorder      record.EventRecorder
 	controlPlanes external.ObjectTracker
-	now           func() time.Time
+	// bootstrapConfigs watches the KubeadmConfigs of pools, once one is read: CABPK's CRD is not
+	// needed where no pool uses it.
+	bootstrapConfigs external.ObjectTracker
+	now              func() time.Time
 }
 
 // SetupWithManager sets up the controller with the Manager.
@@ -125,7 +128,7 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 		// the change instead of polling.
 		WatchesMetadata(
 			&corev1.Secret{},
-			handler.EnqueueRequestsFromMapFunc(r.bootstrapSecretToPools),
+			handler.EnqueueRequestsFromMapFunc(r.bootstrapObjectToPools),
 		).
 		Build(r)
 	if err != nil {
@@ -134,6 +137,12 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 
 	r.recorder = mgr.GetEventRecorderFor("dockermachinepool-controller")
 	r.controlPlanes = external.ObjectTracker{
+		Controller:      c,
+		Cache:           mgr.GetCache(),
+		Scheme:          mgr.GetScheme(),
+		PredicateLogger: &log,
+	}
+	r.bootstrapConfigs = external.ObjectTracker{
 		Controller:      c,
 		Cache:           mgr.GetCache(),
 		Scheme:          mgr.GetScheme(),
@@ -195,6 +204,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	}
 	return r.runPhases(ctx, s, []poolPhase{
 		wrapPhase(r.reconcileTarget, "failed to compute the pool's target image"),
+		wrapPhase(r.reconcileBootstrapConfiguration, "failed to read the pool's bootstrap configuration"),
 		wrapPhase(r.reconcileInventory, "failed to list the pool's containers and machines"),
 		wrapPhase(r.reconcileUnstartedContainers, "failed to remove containers never started"),
 		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),

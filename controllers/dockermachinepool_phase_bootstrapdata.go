@@ -53,6 +53,11 @@ const (
 func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	s.creation = s.planCreation()
 	gate := &s.pool.Status.VersionGate
+	if s.renderPending != "" {
+		if result, refreshing, err := r.renderEditedConfig(ctx, s); err != nil || refreshing {
+			return result, err
+		}
+	}
 	if s.creation.count == 0 && !s.rolloutWaitsOnGate() {
 		if s.decision != nil && s.decision.Verdict == skew.Proceed {
 			gate.WaitingSince, gate.BootstrapDataHashAtPause = nil, ""
@@ -72,11 +77,14 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		}
 		return ctrl.Result{}, nil
 	}
-	data, err := bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name)
-	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
+	data := s.data
+	if data == nil {
+		var err error
+		if data, err = bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name); err != nil {
+			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
+		}
 	}
-	s.creation.dataSecretName, s.creation.dataHash = name, data.Hash
+	s.creation.dataSecretName, s.creation.dataHash, s.creation.configuration = name, data.Hash, data.Configuration()
 
 	if pauseUnfinished && data.Hash == gate.BootstrapDataHashAtPause {
 		why := "the data predates the pause that began at " + gate.WaitingSince.UTC().Format(time.RFC3339)
@@ -119,6 +127,28 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		return ctrl.Result{}, nil
 	}
 	return r.requestBootstrapRefresh(ctx, s, target, unreadable)
+}
+
+// renderEditedConfig has CABPK render the data of a KubeadmConfig edited since it rendered it
+// (s.renderPending), holding back new containers meanwhile: they would get the configuration
+// about to be replaced. It returns refreshing false when the data cannot be refreshed (no
+// bootstrap token of its own to revoke): then the edit reaches the data at CABPK's next token
+// rotation.
+func (r *DockerMachinePoolReconciler) renderEditedConfig(ctx context.Context, s *poolScope) (_ ctrl.Result, refreshing bool, _ error) {
+	target, notRefreshable, err := r.refreshTargetOf(ctx, s, s.data)
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	if notRefreshable != "" {
+		ctrl.LoggerFrom(ctx).V(4).Info("Edited KubeadmConfig not rendered yet; its data cannot be refreshed", "reason", s.renderPending, "whyNot", notRefreshable)
+		return ctrl.Result{}, false, nil
+	}
+	if s.creation.count > 0 && s.creation.blockedReason == "" {
+		s.creation.blockedReason = infrav1.WaitingForBootstrapDataReason
+		s.creation.blockedMessage = "Waiting for bootstrap data rendered from the edited KubeadmConfig: " + s.renderPending
+	}
+	result, err := r.requestBootstrapRefresh(ctx, s, target, s.renderPending)
+	return result, true, err
 }
 
 // blockIfUnreadable holds the creation when the kubeadm of the containers to create cannot read
@@ -171,7 +201,7 @@ type refreshTarget struct {
 // Secret of the Cluster joins with the same token, which revoking it would break.
 func (r *DockerMachinePoolReconciler) refreshTargetOf(ctx context.Context, s *poolScope, data *bootstrap.Data) (*refreshTarget, string, error) {
 	ref := s.machinePool.Spec.Template.Spec.Bootstrap.ConfigRef
-	if !ref.IsDefined() || ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
+	if !isKubeadmConfig(ref) {
 		return nil, fmt.Sprintf("the bootstrap config is a %s of %s; only a KubeadmConfig's data can be refreshed", ref.Kind, ref.APIGroup), nil
 	}
 	config := &unstructured.Unstructured{}

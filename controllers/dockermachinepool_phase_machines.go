@@ -78,6 +78,9 @@ func newMachinePoolMachine(s *poolScope, name string, containerLabels map[string
 		infrav1.KubernetesVersionLabel: containerLabels[infrav1.KubernetesVersionLabel],
 		infrav1.BootstrapDataHashLabel: bootstrap.HashLabelValue(containerLabels[infrav1.BootstrapDataHashLabel]),
 	}
+	if c := containerLabels[infrav1.BootstrapConfigurationLabel]; c != "" {
+		labels[infrav1.BootstrapConfigurationLabel] = c
+	}
 	// A manager run with --watch-filter reconciles only objects with the pool's watch label.
 	if v, ok := s.pool.Labels[clusterv1.WatchLabel]; ok {
 		labels[clusterv1.WatchLabel] = v

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,9 +22,9 @@ import (
 )
 
 // reconcileScaleDown removes containers above the desired count (with the rollout's surge), and
-// during an admitted rollout the outdated containers whose removal keeps at least the desired
-// count less maxUnavailable ready (spec.strategy.rollingUpdate). Removal goes through the Machine,
-// so Cluster API drains the node first. Order: marked for deletion, outdated, not ready, newest.
+// during a rollout the replaceable containers whose removal keeps at least the desired count less
+// maxUnavailable ready (spec.strategy.rollingUpdate). Removal goes through the Machine, so Cluster
+// API drains the node first. Order: marked for deletion, replaceable, outdated, not ready, newest.
 func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	active := s.active()
 	desired := s.desiredReplicas()
@@ -31,7 +32,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s 
 	excess := min(max(len(active)-(desired+s.surge()), 0), len(candidates))
 	victims := candidates[:excess]
 
-	if s.rolloutAdmitted() {
+	if slices.ContainsFunc(candidates[excess:], s.replaceable) {
 		// How many ready containers the pool may lose and keep desired - maxUnavailable ready.
 		_, maxUnavailable := s.rollingUpdate()
 		budget := -(desired - maxUnavailable)
@@ -46,7 +47,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s 
 			}
 		}
 		for _, i := range candidates[excess:] {
-			if !s.outdated(i) {
+			if !s.replaceable(i) {
 				continue
 			}
 			if i.ready() {
@@ -70,20 +71,22 @@ func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s 
 	return ctrl.Result{}, nil
 }
 
-// deletionOrder sorts instances by which should go first: marked for deletion, outdated, not
-// ready, then newest.
+// deletionOrder sorts instances by which should go first: marked for deletion, replaceable,
+// outdated, not ready, then newest.
 func (s *poolScope) deletionOrder(in []*instance) []*instance {
 	out := append([]*instance(nil), in...)
 	rank := func(i *instance) int {
 		switch {
 		case i.markedForDeletion():
 			return 0
-		case s.outdated(i):
+		case s.replaceable(i):
 			return 1
-		case !i.ready():
+		case s.outdated(i):
 			return 2
-		default:
+		case !i.ready():
 			return 3
+		default:
+			return 4
 		}
 	}
 	sort.SliceStable(out, func(a, b int) bool {
@@ -105,7 +108,7 @@ func (s *poolScope) planCreation() creationPlan {
 		// A rollout makes no more new containers than the desired count.
 		current := 0
 		for _, i := range s.active() {
-			if !s.outdated(i) {
+			if !s.replaceable(i) {
 				current++
 			}
 		}
@@ -134,14 +137,15 @@ func (s *poolScope) creatableImage() (image, version, blocked string) {
 		return "", "", "the version-skew gate has not decided yet"
 	case s.decision.Verdict == skew.Proceed:
 		return s.targetImage, s.targetVersion, ""
-	case gate.AdmittedImage != "" && s.decision.Admits(gate.AdmittedVersion):
+	case s.lastAdmittedStillAdmitted():
 		return gate.AdmittedImage, gate.AdmittedVersion, ""
 	}
 	return "", "", s.decision.Message
 }
 
 // reconcileScaleUp creates the containers planned by reconcileBootstrapData, never pulling an
-// image, and labels each with its version and the hash of the bootstrap data it will use.
+// image, and labels each with its version, the hash of the bootstrap data it will use and the
+// configuration that data carries.
 func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	plan := s.creation
 	if plan.count == 0 || plan.image == "" || plan.blockedReason != "" {
@@ -197,12 +201,13 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 			ClusterName: s.cluster.Name,
 			Network:     r.network(),
 			Labels: map[string]string{
-				infrav1.ClusterNameLabel:       s.cluster.Name,
-				infrav1.PoolNameLabel:          s.pool.Name,
-				infrav1.PoolUIDLabel:           poolUID(s.pool),
-				infrav1.NamespaceLabel:         s.pool.Namespace,
-				infrav1.KubernetesVersionLabel: versionLabel,
-				infrav1.BootstrapDataHashLabel: plan.dataHash,
+				infrav1.ClusterNameLabel:            s.cluster.Name,
+				infrav1.PoolNameLabel:               s.pool.Name,
+				infrav1.PoolUIDLabel:                poolUID(s.pool),
+				infrav1.NamespaceLabel:              s.pool.Namespace,
+				infrav1.KubernetesVersionLabel:      versionLabel,
+				infrav1.BootstrapDataHashLabel:      plan.dataHash,
+				infrav1.BootstrapConfigurationLabel: plan.configuration,
 			},
 			ExtraMounts: mountsOf(s.pool.Spec.Template.ExtraMounts),
 		})

@@ -11,6 +11,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
@@ -38,6 +39,12 @@ type poolScope struct {
 
 	controlPlane *unstructured.Unstructured
 	decision     *skew.Decision
+
+	// data is the MachinePool's bootstrap data as read in this reconcile; nil until read or
+	// when there is none yet. renderPending says why it no longer matches its bootstrap config
+	// (edited since it was rendered), empty when it does.
+	data          *bootstrap.Data
+	renderPending string
 
 	// creation is what scale-up may create now, decided by the gate and the bootstrap data.
 	creation creationPlan
@@ -67,6 +74,8 @@ type creationPlan struct {
 	// dataHash the sha256 of its content read for this reconcile.
 	dataSecretName string
 	dataHash       string
+	// configuration identifies the configuration of that data (bootstrap.Data.Configuration).
+	configuration string
 	// requeueAfter asks for another look when nothing will trigger one (e.g. a missing image).
 	requeueAfter time.Duration
 }
@@ -183,9 +192,45 @@ func (s *poolScope) desiredReplicas() int {
 	return int(*s.machinePool.Spec.Replicas)
 }
 
-// outdated is true when the container does not run the image the pool targets now.
+// configuration is the bootstrap configuration of the container: the one its bootstrap ran,
+// recorded on its machine, else the one it was created for; empty when neither is recorded.
+func (i *instance) configuration() string {
+	if i.machine != nil {
+		if c := i.machine.Labels[infrav1.BootstrapConfigurationLabel]; c != "" {
+			return c
+		}
+	}
+	return i.container.Labels[infrav1.BootstrapConfigurationLabel]
+}
+
+// configurationChanged is true when the container was bootstrapped with another configuration
+// than the MachinePool's bootstrap data carries now. Unknown on either side is no change.
+func (s *poolScope) configurationChanged(i *instance) bool {
+	current := s.pool.Status.BootstrapData.Configuration
+	return current != "" && i.configuration() != "" && i.configuration() != current
+}
+
+// outdated is true when the container does not run the image the pool targets now, or was
+// bootstrapped with another configuration than the pool's data carries now.
 func (s *poolScope) outdated(i *instance) bool {
-	return s.targetImage == "" || i.container.Image != s.targetImage
+	return s.targetImage == "" || i.container.Image != s.targetImage || s.configurationChanged(i)
+}
+
+// replaceable is true when the container is to be replaced now: while the gate admits the
+// target, every outdated container; while it waits, one whose configuration changed, by a
+// container of the last admitted version, as long as the gate still admits that version.
+func (s *poolScope) replaceable(i *instance) bool {
+	if s.rolloutAdmitted() {
+		return s.outdated(i)
+	}
+	return s.configurationChanged(i) && s.lastAdmittedStillAdmitted()
+}
+
+// lastAdmittedStillAdmitted is true when the gate waits but still admits the version it admitted
+// last: containers of that version may be created meanwhile.
+func (s *poolScope) lastAdmittedStillAdmitted() bool {
+	gate := s.pool.Status.VersionGate
+	return s.decision != nil && gate.AdmittedImage != "" && s.decision.Admits(gate.AdmittedVersion)
 }
 
 // rolloutAdmitted is true when the gate lets the pool replace outdated containers by new ones.
@@ -203,10 +248,9 @@ func (s *poolScope) rolloutWaitsOnGate() bool {
 }
 
 // surge is how many containers above the desired count a rollout may run:
-// spec.strategy.rollingUpdate.maxSurge while outdated containers are left and the gate admits
-// their replacement, otherwise none.
+// spec.strategy.rollingUpdate.maxSurge while replaceable containers are left, otherwise none.
 func (s *poolScope) surge() int {
-	if !s.rolloutAdmitted() || !slices.ContainsFunc(s.active(), s.outdated) {
+	if !slices.ContainsFunc(s.active(), s.replaceable) {
 		return 0
 	}
 	maxSurge, _ := s.rollingUpdate()

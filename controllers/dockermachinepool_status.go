@@ -38,11 +38,12 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope, reconcileErr er
 	providerIDs := make([]string, 0, len(active))
 	for _, i := range active {
 		st := infrav1.DockerMachinePoolInstanceStatus{
-			InstanceName:      i.name(),
-			ProviderID:        providerID(i.name()),
-			Version:           i.version(),
-			Ready:             i.ready(),
-			BootstrapDataHash: i.container.Labels[infrav1.BootstrapDataHashLabel],
+			InstanceName:           i.name(),
+			ProviderID:             providerID(i.name()),
+			Version:                i.version(),
+			Ready:                  i.ready(),
+			BootstrapDataHash:      i.container.Labels[infrav1.BootstrapDataHashLabel],
+			BootstrapConfiguration: i.configuration(),
 		}
 		if i.machine != nil {
 			st.Addresses = i.machine.Status.Addresses

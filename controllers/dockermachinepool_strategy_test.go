@@ -42,7 +42,6 @@ func TestRollingUpdate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			ctx := context.Background()
 			rt := fakeruntime.New()
 			for _, v := range []string{"v1.30.0", "v1.31.0"} {
 				rt.AddImage(image(g, v))
@@ -69,32 +68,8 @@ func TestRollingUpdate(t *testing.T) {
 				if !tt.gateWaits && rolledOut(rt.Containers(), desired) {
 					break
 				}
-				reconcilePool(g, r)
-				// What the machines' controller does: a removed machine's container goes.
-				machines := &infrav1.DockerMachinePoolMachineList{}
-				g.Expect(r.Client.List(ctx, machines, client.InNamespace(testNamespace))).To(Succeed())
-				byName := map[string]*infrav1.DockerMachinePoolMachine{}
-				for i := range machines.Items {
-					byName[machines.Items[i].Name] = &machines.Items[i]
-				}
-				ready := 0
-				for _, c := range rt.Containers() {
-					m, ok := byName[c.Name]
-					switch {
-					case !ok:
-						g.Expect(rt.Delete(ctx, c.Name)).To(Succeed())
-					case ptr.Deref(m.Status.Initialization.Provisioned, false):
-						ready++
-					}
-				}
-				most, leastReady = max(most, len(rt.Containers())), min(leastReady, ready)
-				// A new container joins by the next reconcile.
-				for _, m := range byName {
-					if !ptr.Deref(m.Status.Initialization.Provisioned, false) {
-						m.Status.Initialization.Provisioned = ptr.To(true)
-						g.Expect(r.Client.Status().Update(ctx, m)).To(Succeed())
-					}
-				}
+				count, ready := rolloutStep(g, r, rt)
+				most, leastReady = max(most, count), min(leastReady, ready)
 				if tt.gateWaits && steps == 3 {
 					break
 				}
@@ -110,6 +85,44 @@ func TestRollingUpdate(t *testing.T) {
 			g.Expect(steps).To(Equal(tt.wantSteps), "reconciles to roll out")
 		})
 	}
+}
+
+// rolloutStep reconciles the pool once, then does what the world does: a removed machine's
+// container goes, with the machine, and a new container joins. It returns how many containers ran after the reconcile
+// and how many of them were ready.
+func rolloutStep(g Gomega, r *DockerMachinePoolReconciler, rt *fakeruntime.Runtime) (count, ready int) {
+	ctx := context.Background()
+	reconcilePool(g, r)
+	machines := &infrav1.DockerMachinePoolMachineList{}
+	g.Expect(r.Client.List(ctx, machines, client.InNamespace(testNamespace))).To(Succeed())
+	byName := map[string]*infrav1.DockerMachinePoolMachine{}
+	for i := range machines.Items {
+		byName[machines.Items[i].Name] = &machines.Items[i]
+	}
+	for _, c := range rt.Containers() {
+		m, ok := byName[c.Name]
+		switch {
+		case !ok:
+			g.Expect(rt.Delete(ctx, c.Name)).To(Succeed())
+		case !m.DeletionTimestamp.IsZero():
+			// What the machine's controller does: it removes the container, then its finalizer.
+			g.Expect(rt.Delete(ctx, c.Name)).To(Succeed())
+			m.Finalizers = nil
+			g.Expect(r.Client.Update(ctx, m)).To(Succeed())
+			delete(byName, c.Name)
+		case ptr.Deref(m.Status.Initialization.Provisioned, false):
+			ready++
+		}
+	}
+	count = len(rt.Containers())
+	// A new container joins by the next reconcile.
+	for _, m := range byName {
+		if !ptr.Deref(m.Status.Initialization.Provisioned, false) {
+			m.Status.Initialization.Provisioned = ptr.To(true)
+			g.Expect(r.Client.Status().Update(ctx, m)).To(Succeed())
+		}
+	}
+	return count, ready
 }
 
 // rolledOut is true when the pool runs desired containers, all of the target v1.31.0.

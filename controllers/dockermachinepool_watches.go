@@ -52,9 +52,10 @@ func (r *DockerMachinePoolReconciler) controlPlaneToPools(ctx context.Context, o
 	return r.poolsOfCluster(ctx, o.GetNamespace(), clusterName)
 }
 
-// bootstrapSecretToPools maps a bootstrap data Secret to the pools of its Cluster, so that a pool
-// waiting for fresh data resumes when the bootstrap provider rewrites it.
-func (r *DockerMachinePoolReconciler) bootstrapSecretToPools(ctx context.Context, o client.Object) []reconcile.Request {
+// bootstrapObjectToPools maps a bootstrap data Secret or a KubeadmConfig to the pools of its
+// Cluster: a pool waiting for fresh data resumes when the bootstrap provider rewrites it, and an
+// edited KubeadmConfig is a configuration the pool has CABPK render.
+func (r *DockerMachinePoolReconciler) bootstrapObjectToPools(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.poolsOfCluster(ctx, o.GetNamespace(), o.GetLabels()[clusterv1.ClusterNameLabel])
 }
 

@@ -80,13 +80,13 @@ func TestPoolsOfClusterListError(t *testing.T) {
 		},
 		{
 			name:    "bootstrap data Secret: the pools of its Cluster",
-			mapFunc: (*DockerMachinePoolReconciler).bootstrapSecretToPools,
+			mapFunc: (*DockerMachinePoolReconciler).bootstrapObjectToPools,
 			obj:     dataSecret,
 			want:    []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}}},
 		},
 		{
 			name:      "bootstrap data Secret: List fails",
-			mapFunc:   (*DockerMachinePoolReconciler).bootstrapSecretToPools,
+			mapFunc:   (*DockerMachinePoolReconciler).bootstrapObjectToPools,
 			obj:       dataSecret,
 			listFails: true,
 		},

@@ -349,6 +349,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 		machine.Labels = map[string]string{}
 	}
 	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
+	machine.Labels[infrav1.BootstrapConfigurationLabel] = data.Configuration()
 	markBootstrapping(machine, bootstrapTimeoutOf(pool))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)

@@ -7,8 +7,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/cluster-api/util/test/builder"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -48,11 +46,7 @@ func TestVersionGateMetrics(t *testing.T) {
 	g.Expect(testutil.ToFloat64(metrics.VersionGateWaitingSeconds.WithLabelValues(testNamespace, testPool))).To(BeNumerically("~", 90, 1), "metav1.Time keeps whole seconds")
 	g.Expect(testutil.ToFloat64(metrics.VersionGateReopens.WithLabelValues(testNamespace, testPool))).To(Equal(0.0))
 
-	cp := &unstructured.Unstructured{}
-	cp.SetGroupVersionKind(builder.ControlPlaneGroupVersion.WithKind(builder.GenericControlPlaneKind))
-	g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: "cp"}, cp)).To(Succeed())
-	g.Expect(unstructured.SetNestedSlice(cp.Object, []any{map[string]any{"version": "v1.31.0", "replicas": int64(1)}}, "status", "versions")).To(Succeed())
-	g.Expect(r.Client.Update(ctx, cp)).To(Succeed())
+	setControlPlaneVersions(g, r.Client, "v1.31.0")
 	reconcilePool(g, r)
 	g.Expect(waiting(skew.Admitted)).To(Equal(0.0))
 	g.Expect(series()).To(Equal(before+1), "the waiting reason's series was replaced")

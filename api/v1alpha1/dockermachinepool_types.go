@@ -173,6 +173,12 @@ type DockerMachinePoolStatus struct {
 	// +optional
 	VersionGate DockerMachinePoolVersionGateStatus `json:"versionGate,omitempty,omitzero"`
 
+	// bootstrapData is what the pool last read of the MachinePool's bootstrap data: the
+	// configuration its containers must be bootstrapped with, and the bootstrap config it was
+	// rendered from.
+	// +optional
+	BootstrapData DockerMachinePoolBootstrapDataStatus `json:"bootstrapData,omitempty,omitzero"`
+
 	// observedGeneration is the generation this status reflects.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
@@ -251,11 +257,45 @@ type DockerMachinePoolInstanceStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	BootstrapDataHash string `json:"bootstrapDataHash,omitempty"`
 
+	// bootstrapConfiguration identifies the configuration the container was bootstrapped with
+	// (the data it was created for until its bootstrap starts); a container whose configuration
+	// differs from status.bootstrapData.configuration is replaced.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootstrapConfiguration string `json:"bootstrapConfiguration,omitempty"`
+
 	// addresses of the container.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	Addresses []clusterv1.MachineAddress `json:"addresses,omitempty"`
+}
+
+// DockerMachinePoolBootstrapDataStatus is what the pool last read of the MachinePool's bootstrap
+// data.
+type DockerMachinePoolBootstrapDataStatus struct {
+	// configuration identifies the configuration the data carries: a hash of the files it writes
+	// and the commands it runs, bootstrap tokens taken out, so that a rotated or refreshed token
+	// does not change it. Containers bootstrapped with another configuration are outdated.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Configuration string `json:"configuration,omitempty"`
+
+	// dataHash is the sha256 of the data.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DataHash string `json:"dataHash,omitempty"`
+
+	// configName is the MachinePool's KubeadmConfig when the pool first read this data.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ConfigName string `json:"configName,omitempty"`
+
+	// configGeneration is that KubeadmConfig's metadata.generation then. CABPK renders a
+	// MachinePool's data once and again only with a new token: a later generation is a
+	// configuration it has not rendered yet, and the pool asks it to.
+	// +optional
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -12,6 +12,13 @@ const (
 	// first 32 hex digits of the data its container was bootstrapped with.
 	BootstrapDataHashLabel = "infrastructure.capdmp.dev/bootstrap-data-hash"
 
+	// BootstrapConfigurationLabel records on a container the configuration of the bootstrap data
+	// it was created for, and on its DockerMachinePoolMachine the configuration its bootstrap
+	// ran (status.bootstrapData.configuration says what identifies one). A container whose
+	// configuration differs from the MachinePool's data now is outdated, as one whose image
+	// differs; one without the label (made before CAPDMP recorded it) is not.
+	BootstrapConfigurationLabel = "infrastructure.capdmp.dev/bootstrap-configuration"
+
 	// ClusterNameLabel is set on every container with the name of the Cluster it belongs to.
 	ClusterNameLabel = "infrastructure.capdmp.dev/cluster-name"
 

@@ -1,0 +1,92 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	pkgerrors "github.com/pkg/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/capdmp/capdmp/internal/bootstrap"
+)
+
+// reconcileBootstrapConfiguration reads the MachinePool's bootstrap data and records the
+// configuration it carries (status.bootstrapData): containers bootstrapped with another one are
+// outdated, and the rollout replaces them. CABPK renders a MachinePool's data once and again
+// only with a new token, so an edited KubeadmConfig (by a user, or by the topology controller
+// when a ClusterClass's bootstrap template changes) would reach the data at the next token
+// rotation only: when the KubeadmConfig's generation is newer than the data's,
+// reconcileBootstrapData asks CABPK to render it again.
+func (r *DockerMachinePoolReconciler) reconcileBootstrapConfiguration(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	name := dataSecretName(s)
+	if name == "" {
+		return ctrl.Result{}, nil
+	}
+	data, err := bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name)
+	if apierrors.IsNotFound(err) {
+		// reconcileBootstrapData says so when it needs the data; the last configuration stands.
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
+	}
+	s.data = data
+
+	config, err := r.kubeadmConfigMetadata(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	recorded := &s.pool.Status.BootstrapData
+	switch {
+	case config == nil:
+		recorded.ConfigName, recorded.ConfigGeneration = "", 0
+	case recorded.DataHash != data.Hash || recorded.ConfigName != config.Name:
+		// New data, or a KubeadmConfig swapped in (its data comes when CABPK renders it): the
+		// data is taken as rendered from the KubeadmConfig as it is now.
+		recorded.ConfigName, recorded.ConfigGeneration = config.Name, config.Generation
+	case config.Generation > recorded.ConfigGeneration:
+		s.renderPending = fmt.Sprintf("KubeadmConfig %s changed (generation %d) after the data was rendered (generation %d)",
+			config.Name, config.Generation, recorded.ConfigGeneration)
+	}
+	recorded.DataHash, recorded.Configuration = data.Hash, data.Configuration()
+	return ctrl.Result{}, nil
+}
+
+// kubeadmConfigMetadata reads the metadata of the MachinePool's KubeadmConfig and watches
+// KubeadmConfigs for edits (generation changes) from then on; nil when the bootstrap config is
+// of another kind or is gone.
+func (r *DockerMachinePoolReconciler) kubeadmConfigMetadata(ctx context.Context, s *poolScope) (*metav1.PartialObjectMetadata, error) {
+	ref := s.machinePool.Spec.Template.Spec.Bootstrap.ConfigRef
+	if !isKubeadmConfig(ref) {
+		return nil, nil
+	}
+	config := &metav1.PartialObjectMetadata{}
+	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
+	}
+	if r.bootstrapConfigs.Controller != nil {
+		if err := r.bootstrapConfigs.Watch(ctrl.LoggerFrom(ctx), config,
+			handler.EnqueueRequestsFromMapFunc(r.bootstrapObjectToPools),
+			predicate.GenerationChangedPredicate{}); err != nil {
+			return nil, pkgerrors.Wrap(err, "failed to watch KubeadmConfigs")
+		}
+	}
+	return config, nil
+}
+
+// isKubeadmConfig is true when the bootstrap config is CABPK's KubeadmConfig.
+func isKubeadmConfig(ref clusterv1.ContractVersionedObjectReference) bool {
+	return ref.IsDefined() && ref.Kind == "KubeadmConfig" && ref.APIGroup == bootstrapv1.GroupVersion.Group
+}
