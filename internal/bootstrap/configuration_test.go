@@ -14,7 +14,9 @@ import (
 func TestConfiguration(t *testing.T) {
 	const rotated = "zyx987.zyxwvutsrq987654"
 	withToken := func(token string) func(*cloudinit.NodeInput, *bootstrapv1.JoinConfiguration) {
-		return func(_ *cloudinit.NodeInput, jc *bootstrapv1.JoinConfiguration) { jc.Discovery.BootstrapToken.Token = token }
+		return func(_ *cloudinit.NodeInput, jc *bootstrapv1.JoinConfiguration) {
+			jc.Discovery.BootstrapToken.Token = token
+		}
 	}
 	base := mustData(t, renderCloudConfig(t, "1.31.0", nil), FormatCloudConfig)
 	tests := []struct {
