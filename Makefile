@@ -27,6 +27,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
+	cd hack/images/cert-manager && go mod tidy -diff
 	go vet -tags e2e,e2e_local,bench ./test/e2e/... ./test/smoke/... ./test/scenarios/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
@@ -119,6 +120,7 @@ real-tier: envtest-binaries test-smoke
 	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|bench-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
+include hack/images/images.mk
 
 ##@ Run
 # The node images `make run` makes sure of (the newest one's kubectl becomes bin/kubectl), and the
