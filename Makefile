@@ -158,5 +158,5 @@ build: ## Build the manager binary
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/manager .
 
 .PHONY: docker-build
-docker-build: ## Build the manager image
-	docker build --pull=false -t $(IMG) .
+docker-build: ## Build the manager image (IMG, capdmp-controller:dev) from a static binary built here, on scratch (CAPDMP_BASE_IMAGE)
+	$(IMAGES_ENV) hack/images/build.sh capdmp
