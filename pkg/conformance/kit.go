@@ -20,6 +20,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -142,6 +143,41 @@ func SetMachinePool(ctx context.Context, c Cluster, what string, mutate func(*cl
 	}
 	return nil
 }
+
+// AddBootstrapFile adds a file to the MachinePool's bootstrap config, as a user who edits the
+// pool's bootstrap configuration: its spec.files, so only CABPK's KubeadmConfig is supported.
+func AddBootstrapFile(ctx context.Context, c Cluster, path, content string) error {
+	mp := &clusterv1.MachinePool{}
+	if err := c.Client().Get(ctx, c.MachinePool(), mp); err != nil {
+		return fmt.Errorf("reading MachinePool %s: %w", c.MachinePool(), err)
+	}
+	ref := mp.Spec.Template.Spec.Bootstrap.ConfigRef
+	if ref.Kind != "KubeadmConfig" || ref.APIGroup != kubeadmBootstrapGroup {
+		return fmt.Errorf("MachinePool %s's bootstrap config is a %s of %s; only a KubeadmConfig can be edited", c.MachinePool(), ref.Kind, ref.APIGroup)
+	}
+	config := &unstructured.Unstructured{}
+	config.SetGroupVersionKind(schema.GroupVersionKind{Group: ref.APIGroup, Version: "v1beta2", Kind: ref.Kind})
+	key := client.ObjectKey{Namespace: c.MachinePool().Namespace, Name: ref.Name}
+	if err := c.Client().Get(ctx, key, config); err != nil {
+		return fmt.Errorf("reading KubeadmConfig %s: %w", key, err)
+	}
+	patch := client.MergeFrom(config.DeepCopy())
+	files, _, err := unstructured.NestedSlice(config.Object, "spec", "files")
+	if err != nil {
+		return fmt.Errorf("reading the files of KubeadmConfig %s: %w", key, err)
+	}
+	files = append(files, map[string]any{"path": path, "content": content})
+	if err := unstructured.SetNestedSlice(config.Object, files, "spec", "files"); err != nil {
+		return err
+	}
+	if err := c.Client().Patch(ctx, config, patch); err != nil {
+		return fmt.Errorf("adding file %s to KubeadmConfig %s: %w", path, key, err)
+	}
+	return nil
+}
+
+// kubeadmBootstrapGroup is the API group of CABPK's KubeadmConfig.
+const kubeadmBootstrapGroup = "bootstrap.cluster.x-k8s.io"
 
 // ControlPlaneAt tells, through the contract, whether the control plane reports only version.
 // A Cluster that is a ControlPlaneWaiter answers for itself.

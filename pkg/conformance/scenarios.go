@@ -121,6 +121,11 @@ var Scenarios = []Scenario{
 		steps: poolAhead,
 	},
 	{
+		Name: "s8-config-change-while-paused", Doc: "the pool's bootstrap config is edited while the pool waits in an upgrade of both at once (MachinePool first): every instance is replaced at the admitted version, then the upgrade completes",
+		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 2, Versions: 2}, Needs: []Capability{NeedsGate},
+		steps: configChangeWhilePaused,
+	},
+	{
 		Name: "s7-provider-restart", Doc: "the provider restarted while the pool waits in an upgrade of both at once; the upgrade completes",
 		Shape: Shape{ControlPlaneReplicas: 1, PoolReplicas: 2, Versions: 2}, Needs: []Capability{NeedsGate, NeedsRestarter},
 		steps: func(r *Run) error {
@@ -169,10 +174,18 @@ func pauseOutlivesTokenTTL(r *Run) error {
 	if err != nil || atPause == "" {
 		return fmt.Errorf("reading the bootstrap data at the pause (%q): %w", atPause, err)
 	}
+	before, err := r.instanceNames()
+	if err != nil {
+		return err
+	}
 	hold := r.o.TokenTTL + 15*time.Second
 	r.Logf("paused with bootstrap data %s; holding the control plane back for the token TTL and 15 s (%s)", cut(atPause, 12), hold)
 	if err := sleep(r.ctx, hold); err != nil {
 		return err
+	}
+	// The token was rotated or refreshed meanwhile: the data changed, the configuration did not.
+	if after, err := r.instanceNames(); err != nil || !slices.Equal(before, after) {
+		return fmt.Errorf("instances replaced during the pause, with no configuration change: %v before, %v after (%v)", before, after, err)
 	}
 	if err := r.Apply(r.Version(1), 0, WriteControlPlane); err != nil {
 		return err
@@ -231,6 +244,50 @@ func scaleAndReplaceWhilePaused(r *Run) error {
 		return err
 	}
 	return r.waitUpgraded(r.Version(1))
+}
+
+func configChangeWhilePaused(r *Run) error {
+	if err := r.Apply(r.Version(1), 0, WriteMachinePool); err != nil {
+		return err
+	}
+	if err := r.WaitGate(string(skew.ControlPlaneOlder)); err != nil {
+		return err
+	}
+	before, err := r.instanceNames()
+	if err != nil {
+		return err
+	}
+	const path = "/etc/capdmp-conformance/edited"
+	if err := AddBootstrapFile(r.ctx, r.c, path, "edited while the pool waits\n"); err != nil {
+		return err
+	}
+	r.Logf("added %s to the pool's bootstrap config while paused", path)
+	if err := r.waitReplaced(before, r.Version(0), r.s.Shape.PoolReplicas, r.o.Budgets.PoolUpgrade); err != nil {
+		return err
+	}
+	if err := r.Apply(r.Version(1), 0, WriteControlPlane); err != nil {
+		return err
+	}
+	return r.waitUpgraded(r.Version(1))
+}
+
+// waitReplaced waits until no instance of before is left and the pool runs replicas of version.
+func (r *Run) waitReplaced(before []string, version string, replicas int32, timeout time.Duration) error {
+	r.Logf("waiting for the pool's %d instances to be replaced at %s", len(before), version)
+	err := WaitFor(r.ctx, timeout, func(p string) { r.Logf("%s", p) }, func(ctx context.Context) (bool, string, error) {
+		names, err := r.instanceNames()
+		if err != nil {
+			return false, "", err
+		}
+		if left := slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(before, n) }); len(left) > 0 {
+			return false, fmt.Sprintf("not replaced yet: %v", left), nil
+		}
+		return PoolAt(ctx, r.c, version, replicas)
+	})
+	if err != nil {
+		return fmt.Errorf("replacing the instances at %s: %w", version, err)
+	}
+	return nil
 }
 
 func poolAhead(r *Run) error {
