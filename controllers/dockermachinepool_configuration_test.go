@@ -9,11 +9,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/test/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -267,4 +269,49 @@ func containerNames(cs []container.Container) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// TestRefreshAskedOnceWithAStaleCache: the reconcile right after a refresh request may read a
+// cache that does not show the request's annotation yet; the pool reads the KubeadmConfig live,
+// so it waits for CABPK instead of revoking the token and asking again.
+func TestRefreshAskedOnceWithAStaleCache(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	current := currentConfiguration(g)
+	rt := fakeruntime.New(image(g, "v1.31.0"))
+	objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
+	for _, o := range objs {
+		if config, ok := o.(*bootstrapv1.KubeadmConfig); ok {
+			config.Generation = 1
+		}
+	}
+	objs = append(objs, configuredContainer(g, rt, "old-0", "v1.31.0", current, current))
+	r, workload := newTestReconciler(g, objs, rt)
+	// A cache that never shows the pool's request.
+	r.Client = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if annotations := obj.GetAnnotations(); annotations != nil {
+				delete(annotations, BootstrapRefreshRequestedAnnotation)
+				obj.SetAnnotations(annotations)
+			}
+			return nil
+		},
+	})
+	reconcilePool(g, r)
+
+	config := &bootstrapv1.KubeadmConfig{}
+	g.Expect(r.APIReader.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: "mp-config"}, config)).To(Succeed())
+	config.Generation = 2
+	g.Expect(r.APIReader.(client.Client).Update(ctx, config)).To(Succeed())
+	reconcilePool(g, r)
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-abcdef"}}
+	g.Expect(apierrors.IsNotFound(workload.Get(ctx, client.ObjectKeyFromObject(token), token))).To(BeTrue(), "the first reconcile asks")
+
+	// The token back, as if CABPK had not got to it yet: the next reconcile must not revoke it.
+	g.Expect(workload.Create(ctx, &corev1.Secret{ObjectMeta: token.ObjectMeta})).To(Succeed())
+	reconcilePool(g, r)
+	g.Expect(workload.Get(ctx, client.ObjectKeyFromObject(token), token)).To(Succeed(), "asked a second time")
 }
