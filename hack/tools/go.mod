@@ -3,6 +3,7 @@ module github.com/capdmp/capdmp/hack/tools
 go 1.26.0
 
 tool (
+	github.com/drone/envsubst/v2/cmd/envsubst
 	github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	gotest.tools/gotestsum
 	sigs.k8s.io/controller-tools/cmd/controller-gen
@@ -71,6 +72,7 @@ require (
 	github.com/denis-tingaikin/go-header v0.5.0 // indirect
 	github.com/dlclark/regexp2/v2 v2.2.1 // indirect
 	github.com/dnephin/pflag v1.0.7 // indirect
+	github.com/drone/envsubst/v2 v2.0.0-20210730161058-179042472c46 // indirect
 	github.com/ettle/strcase v0.2.0 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/fatih/structtag v1.2.0 // indirect

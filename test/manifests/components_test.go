@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	"sigs.k8s.io/cluster-api/util/contract"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -36,7 +37,8 @@ const (
 var ourKinds = []string{"DockerMachinePool", "DockerMachinePoolTemplate", "DockerMachinePoolMachine"}
 
 // components is the kustomize build of config/default, what make manifests writes to
-// out/infrastructure-components.yaml for clusterctl.
+// out/infrastructure-components.yaml for clusterctl, as clusterctl init installs it when the user
+// sets none of its variables: every ${VAR:=default} replaced by its default.
 // It is built once per test run; each test gets its own copy.
 func components(t *testing.T) []unstructured.Unstructured {
 	t.Helper()
@@ -44,7 +46,12 @@ func components(t *testing.T) []unstructured.Unstructured {
 	if componentsYAML == nil {
 		t.Fatal("kustomize build config/default failed in an earlier test")
 	}
-	return decodeObjects(NewWithT(t), componentsYAML)
+	g := NewWithT(t)
+	rendered, err := yamlprocessor.NewSimpleProcessor().Process(componentsYAML, func(variable string) (string, error) {
+		return "", fmt.Errorf("variable %s not set", variable)
+	})
+	g.Expect(err).ToNot(HaveOccurred(), "clusterctl init without variables set")
+	return decodeObjects(g, rendered)
 }
 
 var (
