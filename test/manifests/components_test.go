@@ -29,7 +29,7 @@ const (
 	aggregationLabel  = "cluster.x-k8s.io/aggregate-to-manager"
 	injectCAFrom      = "cert-manager.io/inject-ca-from"
 	dockerSocket      = "/var/run/docker.sock"
-	managerImage      = "capdmp-controller:dev"
+	managerImage      = "docker.io/library/capdmp-controller:dev"
 	managerContainer  = "manager"
 	webhookServerPort = 9443
 )

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distribution/reference"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 )
@@ -57,6 +58,14 @@ func deploymentImages(g Gomega, objs []byte) []string {
 	return images
 }
 
+// canonicalImage is an image's name as clusterctl requires it (its registry and path in full:
+// docker.io/library/capdmp-controller:dev), the same image for Docker and containerd.
+func canonicalImage(g Gomega, image string) string {
+	named, err := reference.ParseNormalizedNamed(image)
+	g.ExpectWithOffset(1, err).ToNot(HaveOccurred(), image)
+	return named.String()
+}
+
 // moduleDir is the folder of a module of this module's graph in the module cache.
 func moduleDir(t *testing.T, module string) string {
 	t.Helper()
@@ -83,7 +92,8 @@ func TestImagesAreTheComponentsImages(t *testing.T) {
 	t.Run("capdmp", func(t *testing.T) {
 		g := NewWithT(t)
 		images := deploymentImages(g, kustomizeBuild(t, "config/default"))
-		g.Expect(images).To(Equal([]string{tags["capdmp"]}), "make images tags %s; out/infrastructure-components.yaml runs %v", tags["capdmp"], images)
+		// The components name the image in full, as clusterctl wants: Docker's short tag is the same.
+		g.Expect(images).To(Equal([]string{canonicalImage(g, tags["capdmp"])}), "make images tags %s; out/infrastructure-components.yaml runs %v", tags["capdmp"], images)
 	})
 
 	providers := []struct {
