@@ -27,6 +27,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
 	cd hack/tools && go mod tidy -diff
+	cd hack/tools/helm && go mod tidy -diff
 	cd hack/images/cert-manager && go mod tidy -diff
 	go vet -tags e2e,e2e_local,bench ./test/e2e/... ./test/smoke/... ./test/scenarios/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
@@ -44,6 +45,14 @@ lint: ## Run golangci-lint (build-tagged e2e, real-tier and bench code included)
 manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
 	mkdir -p out
 	$(TOOLS) kustomize build config/default > out/infrastructure-components.yaml
+
+# The local clusterctl repository (docs/clusterctl.md): out/ is build output, not in git.
+CLUSTERCTL_REPOSITORY ?= $(ROOT)/out/clusterctl-repository
+CAPDMP_VERSION ?= v0.1.0
+
+.PHONY: clusterctl-repository
+clusterctl-repository: manifests ## A local clusterctl repository of Cluster API, kubeadm, CAPD, CAPDMP and cert-manager, with its clusterctl.yaml (out/clusterctl-repository)
+	CAPDMP_VERSION=$(CAPDMP_VERSION) hack/clusterctl-repository.sh $(CLUSTERCTL_REPOSITORY) out/infrastructure-components.yaml
 
 ##@ Test
 .PHONY: envtest-binaries

@@ -16,6 +16,9 @@ import (
 // each: | `NAME` | `default` | ...
 const componentVariablesDoc = "docs/clusterctl.md"
 
+// envReference is a reference to the container's environment in args, which Kubernetes expands.
+var envReference = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
+
 var variableRow = regexp.MustCompile("(?m)^\\| `(CAPDMP_[A-Z0-9_]+)` \\| `([^`]*)` \\|")
 
 // documentedComponentVariables returns the variables docs/clusterctl.md lists for the components
@@ -95,7 +98,7 @@ func TestComponentsVariableDefaultsAreTheManagers(t *testing.T) {
 			value = "true"
 		}
 		// Kubernetes expands $(NAME) in args from the container's environment.
-		value = regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(value, func(ref string) string {
+		value = envReference.ReplaceAllStringFunc(value, func(ref string) string {
 			return env[ref[2:len(ref)-1]]
 		})
 		if want, ok := deliberate[name]; ok {
