@@ -192,14 +192,7 @@ func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 	ctx := context.Background()
 	current := currentConfiguration(g)
 	rt := fakeruntime.New(image(g, "v1.31.0"))
-	objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
-	for _, o := range objs {
-		if config, ok := o.(*bootstrapv1.KubeadmConfig); ok {
-			config.Generation = 1
-		}
-	}
-	objs = append(objs, configuredContainer(g, rt, "old-0", "v1.31.0", current, current))
-	r, workload := newTestReconciler(g, objs, rt)
+	r, workload := newOneNodePool(g, rt, current)
 	token := &corev1.Secret{}
 	tokenKey := client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-abcdef"}
 
@@ -241,6 +234,19 @@ func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 	g.Expect(containerNames(rt.Containers())).ToNot(ContainElement("old-0"), "the pool rolled to the edited configuration")
 }
 
+// newOneNodePool is a pool of one node bootstrapped with configuration, whose KubeadmConfig is
+// at generation 1.
+func newOneNodePool(g Gomega, rt *fakeruntime.Runtime, configuration string) (*DockerMachinePoolReconciler, client.Client) {
+	objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
+	for _, o := range objs {
+		if config, ok := o.(*bootstrapv1.KubeadmConfig); ok {
+			config.Generation = 1
+		}
+	}
+	objs = append(objs, configuredContainer(g, rt, "old-0", "v1.31.0", configuration, configuration))
+	return newTestReconciler(g, objs, rt)
+}
+
 // rewriteData changes the value of the pool's bootstrap data Secret, as the bootstrap provider
 // rewrites it.
 func rewriteData(g Gomega, c client.Client, rewrite func(string) string) {
@@ -279,14 +285,7 @@ func TestRefreshAskedOnceWithAStaleCache(t *testing.T) {
 	ctx := context.Background()
 	current := currentConfiguration(g)
 	rt := fakeruntime.New(image(g, "v1.31.0"))
-	objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
-	for _, o := range objs {
-		if config, ok := o.(*bootstrapv1.KubeadmConfig); ok {
-			config.Generation = 1
-		}
-	}
-	objs = append(objs, configuredContainer(g, rt, "old-0", "v1.31.0", current, current))
-	r, workload := newTestReconciler(g, objs, rt)
+	r, workload := newOneNodePool(g, rt, current)
 	// A cache that never shows the pool's request.
 	r.Client = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {

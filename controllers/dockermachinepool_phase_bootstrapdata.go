@@ -204,9 +204,11 @@ func (r *DockerMachinePoolReconciler) refreshTargetOf(ctx context.Context, s *po
 	if !isKubeadmConfig(ref) {
 		return nil, fmt.Sprintf("the bootstrap config is a %s of %s; only a KubeadmConfig's data can be refreshed", ref.Kind, ref.APIGroup), nil
 	}
+	// Read live: the annotation of a request this pool made a moment ago may not be in the cache
+	// yet, and a stale copy would have it ask again.
 	config := &unstructured.Unstructured{}
 	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
 		return nil, "", pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
 	}
 	dataSecret := dataSecretName(s)
