@@ -61,7 +61,10 @@ provider() {
 	log "${label} ${capi_version}: kustomize build ${config}, image ${tag[${image}]}"
 	mkdir -p "${dest}" "${work}/${label}"
 	kustomize build "${dir}/${config}" > "${work}/${label}/components.yaml"
-	# Each provider has one Deployment, whose first container is its manager.
+	# Each provider has one Deployment, whose first container is its manager. Its components say
+	# imagePullPolicy: Always (a registry's :main tag), which no kubelet here can satisfy: the
+	# images are loaded into the node (kind load), as Cluster API's own e2e configurations do it
+	# (a replacement of "imagePullPolicy: Always" by IfNotPresent).
 	cat > "${work}/${label}/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -74,6 +77,9 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/0/image
       value: ${tag[${image}]}
+    - op: add
+      path: /spec/template/spec/containers/0/imagePullPolicy
+      value: IfNotPresent
 EOF
 	kustomize build "${work}/${label}" > "${dest}/${file}"
 	cp "${capi_dir}/metadata.yaml" "${dest}/metadata.yaml"
