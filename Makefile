@@ -29,7 +29,7 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 	cd hack/tools && go mod tidy -diff
 	cd hack/tools/helm && go mod tidy -diff
 	cd hack/images/cert-manager && go mod tidy -diff
-	go vet -tags e2e,e2e_local,bench ./test/e2e/... ./test/smoke/... ./test/scenarios/...
+	go vet -tags e2e,e2e_local,bench,kind ./test/e2e/... ./test/smoke/... ./test/scenarios/... ./test/kind/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
@@ -39,7 +39,7 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 
 .PHONY: lint
 lint: ## Run golangci-lint (build-tagged e2e, real-tier and bench code included)
-	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench ./...
+	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench,kind ./...
 
 .PHONY: manifests
 manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
@@ -130,6 +130,27 @@ real-tier: envtest-binaries test-smoke
 
 include hack/node-images/node-images.mk
 include hack/images/images.mk
+
+##@ Kind
+# A kind management cluster deployed as users deploy CAPDMP (docs/clusterctl.md, "make
+# kind-management"): kind on the node image built here, the controller images loaded, clusterctl
+# init from the local repository.
+KIND_MANAGEMENT_NAME ?= capdmp-management
+KIND_MANAGEMENT_NODE_IMAGE ?= kindest/node:v1.36.3
+KIND_MANAGEMENT_ENV = KIND_MANAGEMENT_NAME="$(KIND_MANAGEMENT_NAME)" KIND_MANAGEMENT_NODE_IMAGE="$(KIND_MANAGEMENT_NODE_IMAGE)" \
+  CLUSTERCTL_REPOSITORY="$(CLUSTERCTL_REPOSITORY)" CAPDMP_CACHE="$(CAPDMP_CACHE)" IMG="$(IMG)"
+
+.PHONY: kind-management kind-management-delete test-kind
+kind-management: clusterctl-repository ## A kind management cluster (KIND_MANAGEMENT_NAME) with cert-manager, Cluster API, kubeadm, CAPD and CAPDMP from the local repository
+	$(KIND_MANAGEMENT_ENV) hack/kind-management.sh create
+
+kind-management-delete: ## Delete the kind management cluster, its workload clusters, and put back host settings
+	$(KIND_MANAGEMENT_ENV) hack/kind-management.sh delete
+
+test-kind: ## Test the kind management cluster (build tag kind): providers Available, manager RBAC, webhooks with cert-manager certificates, a machinepool-flavor cluster whose workers join
+	KUBECONFIG="$$($(KIND_MANAGEMENT_ENV) hack/kind-management.sh kubeconfig)" KUBECTL="$$($(KIND_MANAGEMENT_ENV) hack/kind-management.sh kubectl)" \
+	  CLUSTERCTL=$(BIN)/clusterctl CLUSTERCTL_CONFIG=$(CLUSTERCTL_REPOSITORY)/clusterctl.yaml \
+	  go test -tags kind -count=1 -v -timeout 30m ./test/kind/
 
 ##@ Run
 # The node images `make run` makes sure of (the newest one's kubectl becomes bin/kubectl), and the
