@@ -236,7 +236,11 @@ create() {
 	repository
 	sysctls_record
 	if cluster_exists; then
-		log "kind cluster ${NAME} exists"
+		local running
+		running="$(docker inspect -f '{{.Config.Image}}' "${NAME}-control-plane" 2> /dev/null || true)"
+		log "kind cluster ${NAME} exists (node image ${running:-unknown})"
+		[ "${running}" = "${NODE_IMAGE}" ] ||
+			log "WARNING: ${NAME} runs ${running:-an unknown image}, not ${NODE_IMAGE}: make kind-management-delete first to change it"
 		"${KIND}" get kubeconfig --name "${NAME}" > "${KUBECONFIG_FILE}"
 	else
 		step kind-create create_cluster
