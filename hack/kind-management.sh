@@ -269,7 +269,7 @@ delete_workloads() {
 
 remove_leftovers() {
 	local cluster ids
-	[ -s "${DIR}/workload-clusters" ] || return 0
+	[ -s "${DIR}/workload-clusters" ] || { rm -f "${DIR}/workload-clusters"; return 0; }
 	while read -r cluster; do
 		[ -n "${cluster}" ] || continue
 		ids="$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=${cluster}")"
