@@ -245,6 +245,17 @@ func TestComponentsManagerDeployment(t *testing.T) {
 	g.Expect(ports).To(HaveKeyWithValue("webhook-server", int32(webhookServerPort)))
 	g.Expect(ports).To(HaveKey("healthz"))
 
+	// The ClusterCache finds the manager's own Pod by these, as Cluster API's managers do.
+	fromPod := map[string]string{}
+	for _, e := range manager.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fromPod[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	g.Expect(fromPod).To(Equal(map[string]string{
+		"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "POD_UID": "metadata.uid",
+	}))
+
 	// The webhook server reads the certificate cert-manager writes into the Secret.
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
