@@ -184,9 +184,9 @@ func renderOnRequest(g Gomega, c client.Client) func() {
 }
 
 // TestEditedKubeadmConfigIsRendered: CABPK does not render a MachinePool's data again when its
-// KubeadmConfig is edited; the pool notices the newer generation and has CABPK render it (the
-// pool's token revoked, the KubeadmConfig touched). The new data's configuration then rolls the
-// pool. A token rotation alone, without an edit, asks for nothing.
+// KubeadmConfig is edited; the pool notices the changed spec and has CABPK render it (the pool's
+// token revoked, the KubeadmConfig touched). The new data's configuration then rolls the pool.
+// A token rotation, which CABPK writes into the spec before it writes the data, asks for nothing.
 func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -195,27 +195,36 @@ func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 	r, workload := newOneNodePool(g, rt, current)
 	token := &corev1.Secret{}
 	tokenKey := client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-abcdef"}
+	configKey := client.ObjectKey{Namespace: testNamespace, Name: "mp-config"}
+	editConfig := func(mutate func(*bootstrapv1.KubeadmConfig)) {
+		config := &bootstrapv1.KubeadmConfig{}
+		g.Expect(r.Client.Get(ctx, configKey, config)).To(Succeed())
+		mutate(config)
+		g.Expect(r.Client.Update(ctx, config)).To(Succeed())
+	}
 
 	pool := reconcilePool(g, r)
 	g.Expect(pool.Status.BootstrapData.ConfigName).To(Equal("mp-config"))
-	g.Expect(pool.Status.BootstrapData.ConfigGeneration).To(BeEquivalentTo(1))
+	recorded := pool.Status.BootstrapData.ConfigHash
+	g.Expect(recorded).ToNot(BeEmpty())
 
-	// A token rotation: new data, same generation, nothing asked.
-	rewriteData(g, r.Client, func(value string) string { return strings.ReplaceAll(value, "abcdef.0123456789abcdef", rotatedToken) })
+	// A token rotation: CABPK writes the new token into the spec, then renders the data. Between
+	// the two writes the pool sees the spec change and must ask nothing.
+	editConfig(func(c *bootstrapv1.KubeadmConfig) { c.Spec.JoinConfiguration.Discovery.BootstrapToken.Token = rotatedToken })
 	reconcilePool(g, r)
 	g.Expect(workload.Get(ctx, tokenKey, token)).To(Succeed(), "no token revoked")
+	rewriteData(g, r.Client, func(value string) string { return strings.ReplaceAll(value, "abcdef.0123456789abcdef", rotatedToken) })
+	pool = reconcilePool(g, r)
+	g.Expect(pool.Status.BootstrapData.ConfigHash).To(Equal(recorded), "the token is not the configuration")
 	rewriteData(g, r.Client, func(value string) string { return strings.ReplaceAll(value, rotatedToken, "abcdef.0123456789abcdef") })
 	reconcilePool(g, r)
 
-	// The user edits the KubeadmConfig: its generation moves on, CABPK's data stays.
-	config := &bootstrapv1.KubeadmConfig{}
-	g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: "mp-config"}, config)).To(Succeed())
-	config.Spec.PreKubeadmCommands = []string{"echo edited"}
-	config.Generation = 2
-	g.Expect(r.Client.Update(ctx, config)).To(Succeed())
+	// The user edits the KubeadmConfig: its spec changes, CABPK's data stays.
+	editConfig(func(c *bootstrapv1.KubeadmConfig) { c.Spec.PreKubeadmCommands = []string{"echo edited"} })
 	reconcilePool(g, r)
 	g.Expect(apierrors.IsNotFound(workload.Get(ctx, tokenKey, token))).To(BeTrue(), "the pool's token revoked")
-	g.Expect(r.Client.Get(ctx, client.ObjectKeyFromObject(config), config)).To(Succeed())
+	config := &bootstrapv1.KubeadmConfig{}
+	g.Expect(r.Client.Get(ctx, configKey, config)).To(Succeed())
 	g.Expect(config.Annotations).To(HaveKey(BootstrapRefreshRequestedAnnotation))
 	g.Expect(containerNames(rt.Containers())).To(ConsistOf("old-0"), "nothing replaced before the data changes")
 
@@ -228,19 +237,19 @@ func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 		rolloutStep(g, r, rt)
 	}
 	pool = reconcilePool(g, r)
-	g.Expect(pool.Status.BootstrapData.ConfigGeneration).To(BeEquivalentTo(2))
+	g.Expect(pool.Status.BootstrapData.ConfigHash).ToNot(Equal(recorded))
 	g.Expect(pool.Status.BootstrapData.Configuration).ToNot(Equal(current))
 	g.Expect(containerNames(rt.Containers())).To(HaveLen(1))
 	g.Expect(containerNames(rt.Containers())).ToNot(ContainElement("old-0"), "the pool rolled to the edited configuration")
 }
 
-// newOneNodePool is a pool of one node bootstrapped with configuration, whose KubeadmConfig is
-// at generation 1.
+// newOneNodePool is a pool of one node bootstrapped with configuration, whose KubeadmConfig
+// holds the data's token, as CABPK writes it.
 func newOneNodePool(g Gomega, rt *fakeruntime.Runtime, configuration string) (*DockerMachinePoolReconciler, client.Client) {
 	objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
 	for _, o := range objs {
 		if config, ok := o.(*bootstrapv1.KubeadmConfig); ok {
-			config.Generation = 1
+			config.Spec.JoinConfiguration.Discovery.BootstrapToken.Token = "abcdef.0123456789abcdef"
 		}
 	}
 	objs = append(objs, configuredContainer(g, rt, "old-0", "v1.31.0", configuration, configuration))
@@ -303,7 +312,7 @@ func TestRefreshAskedOnceWithAStaleCache(t *testing.T) {
 
 	config := &bootstrapv1.KubeadmConfig{}
 	g.Expect(r.APIReader.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: "mp-config"}, config)).To(Succeed())
-	config.Generation = 2
+	config.Spec.PreKubeadmCommands = []string{"echo edited"}
 	g.Expect(r.APIReader.(client.Client).Update(ctx, config)).To(Succeed())
 	reconcilePool(g, r)
 	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-abcdef"}}

@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	pkgerrors "github.com/pkg/errors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -23,8 +26,9 @@ import (
 // outdated, and the rollout replaces them. CABPK renders a MachinePool's data once and again
 // only with a new token, so an edited KubeadmConfig (by a user, or by the topology controller
 // when a ClusterClass's bootstrap template changes) would reach the data at the next token
-// rotation only: when the KubeadmConfig's generation is newer than the data's,
-// reconcileBootstrapData asks CABPK to render it again.
+// rotation only: when the KubeadmConfig's spec changed since the data was rendered (its bootstrap
+// token aside: CABPK writes a new one into the spec at every rotation), reconcileBootstrapData
+// asks CABPK to render it again.
 func (r *DockerMachinePoolReconciler) reconcileBootstrapConfiguration(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	name := dataSecretName(s)
 	if name == "" {
@@ -40,50 +44,60 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapConfiguration(ctx contex
 	}
 	s.data = data
 
-	config, err := r.kubeadmConfigMetadata(ctx, s)
+	configName, configHash, err := r.kubeadmConfigSpecHash(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	recorded := &s.pool.Status.BootstrapData
 	switch {
-	case config == nil:
-		recorded.ConfigName, recorded.ConfigGeneration = "", 0
-	case recorded.DataHash != data.Hash || recorded.ConfigName != config.Name:
+	case configName == "":
+		recorded.ConfigName, recorded.ConfigHash = "", ""
+	case recorded.DataHash != data.Hash || recorded.ConfigName != configName:
 		// New data, or a KubeadmConfig swapped in (its data comes when CABPK renders it): the
 		// data is taken as rendered from the KubeadmConfig as it is now.
-		recorded.ConfigName, recorded.ConfigGeneration = config.Name, config.Generation
-	case config.Generation > recorded.ConfigGeneration:
-		s.renderPending = fmt.Sprintf("KubeadmConfig %s changed (generation %d) after the data was rendered (generation %d)",
-			config.Name, config.Generation, recorded.ConfigGeneration)
+		recorded.ConfigName, recorded.ConfigHash = configName, configHash
+	case configHash != recorded.ConfigHash:
+		s.renderPending = fmt.Sprintf("KubeadmConfig %s changed after the data was rendered", configName)
 	}
 	recorded.DataHash, recorded.Configuration = data.Hash, data.Configuration()
 	return ctrl.Result{}, nil
 }
 
-// kubeadmConfigMetadata reads the metadata of the MachinePool's KubeadmConfig and watches
-// KubeadmConfigs for edits (generation changes) from then on; nil when the bootstrap config is
-// of another kind or is gone.
-func (r *DockerMachinePoolReconciler) kubeadmConfigMetadata(ctx context.Context, s *poolScope) (*metav1.PartialObjectMetadata, error) {
+// kubeadmConfigSpecHash reads the MachinePool's KubeadmConfig, watches KubeadmConfigs from then
+// on, and hashes its spec without the bootstrap token, which CABPK writes into the spec at every
+// rotation; an empty name when the bootstrap config is of another kind or is gone.
+func (r *DockerMachinePoolReconciler) kubeadmConfigSpecHash(ctx context.Context, s *poolScope) (name, hash string, _ error) {
 	ref := s.machinePool.Spec.Template.Spec.Bootstrap.ConfigRef
 	if !isKubeadmConfig(ref) {
-		return nil, nil
+		return "", "", nil
 	}
-	config := &metav1.PartialObjectMetadata{}
+	config := &unstructured.Unstructured{}
 	config.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: ref.Name}, config); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return "", "", nil
 		}
-		return nil, pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
+		return "", "", pkgerrors.Wrapf(err, "failed to get KubeadmConfig %s", klog.KRef(s.pool.Namespace, ref.Name))
 	}
 	if r.bootstrapConfigs.Controller != nil {
 		if err := r.bootstrapConfigs.Watch(ctrl.LoggerFrom(ctx), config,
 			handler.EnqueueRequestsFromMapFunc(r.bootstrapObjectToPools),
 			predicate.GenerationChangedPredicate{}); err != nil {
-			return nil, pkgerrors.Wrap(err, "failed to watch KubeadmConfigs")
+			return "", "", pkgerrors.Wrap(err, "failed to watch KubeadmConfigs")
 		}
 	}
-	return config, nil
+	spec, _, err := unstructured.NestedMap(config.Object, "spec")
+	if err != nil {
+		return "", "", pkgerrors.Wrapf(err, "failed to read the spec of KubeadmConfig %s", klog.KObj(config))
+	}
+	unstructured.RemoveNestedField(spec, "joinConfiguration", "discovery", "bootstrapToken", "token")
+	// encoding/json writes map keys in order: the same spec hashes the same.
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return "", "", pkgerrors.Wrapf(err, "failed to hash the spec of KubeadmConfig %s", klog.KObj(config))
+	}
+	sum := sha256.Sum256(raw)
+	return config.GetName(), hex.EncodeToString(sum[:16]), nil
 }
 
 // isKubeadmConfig is true when the bootstrap config is CABPK's KubeadmConfig.

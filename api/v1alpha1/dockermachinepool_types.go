@@ -291,11 +291,13 @@ type DockerMachinePoolBootstrapDataStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	ConfigName string `json:"configName,omitempty"`
 
-	// configGeneration is that KubeadmConfig's metadata.generation then. CABPK renders a
-	// MachinePool's data once and again only with a new token: a later generation is a
-	// configuration it has not rendered yet, and the pool asks it to.
+	// configHash is a hash of that KubeadmConfig's spec then, without the bootstrap token CABPK
+	// writes into it at every rotation. CABPK renders a MachinePool's data once and again only
+	// with a new token: another hash is a configuration it has not rendered yet, and the pool
+	// asks it to.
 	// +optional
-	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// +kubebuilder:validation:MaxLength=64
+	ConfigHash string `json:"configHash,omitempty"`
 }
 
 // +kubebuilder:object:root=true
