@@ -210,7 +210,9 @@ func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 
 	// A token rotation: CABPK writes the new token into the spec, then renders the data. Between
 	// the two writes the pool sees the spec change and must ask nothing.
-	editConfig(func(c *bootstrapv1.KubeadmConfig) { c.Spec.JoinConfiguration.Discovery.BootstrapToken.Token = rotatedToken })
+	editConfig(func(c *bootstrapv1.KubeadmConfig) {
+		c.Spec.JoinConfiguration.Discovery.BootstrapToken.Token = rotatedToken
+	})
 	reconcilePool(g, r)
 	g.Expect(workload.Get(ctx, tokenKey, token)).To(Succeed(), "no token revoked")
 	rewriteData(g, r.Client, func(value string) string { return strings.ReplaceAll(value, "abcdef.0123456789abcdef", rotatedToken) })
