@@ -57,14 +57,15 @@ IMAGES=(
 # capi_modfile: a copy of go.mod and go.sum to build Cluster API's main packages with. They link
 # a few modules (github.com/valyala/fastjson) that CAPDMP's packages do not, so the go.sum copy
 # gains their sums; the repository's go.mod and go.sum stay untouched.
-CAPI_MODFILE=""
+# One folder for the whole run, removed at exit: capi_modfile runs in command substitutions,
+# subshells that cannot keep what they made for the next call.
+CAPI_MODFILE_DIR="$(mktemp -d)"
+trap 'rm -rf "${CAPI_MODFILE_DIR}"' EXIT
 capi_modfile() {
-  if [[ -z "${CAPI_MODFILE}" ]]; then
-    local dir; dir="$(mktemp -d)"
-    cp "${REPO_ROOT}/go.mod" "${REPO_ROOT}/go.sum" "${dir}/"
-    CAPI_MODFILE="${dir}/go.mod"
+  if [[ ! -f "${CAPI_MODFILE_DIR}/go.mod" ]]; then
+    cp "${REPO_ROOT}/go.mod" "${REPO_ROOT}/go.sum" "${CAPI_MODFILE_DIR}/"
   fi
-  echo "${CAPI_MODFILE}"
+  echo "${CAPI_MODFILE_DIR}/go.mod"
 }
 
 # go_in MODULE SUBCOMMAND ARGS...: runs the go command where MODULE's packages are built, prefixed
