@@ -77,14 +77,17 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		}
 		return ctrl.Result{}, nil
 	}
-	data := s.data
+	// reconcileBootstrapConfiguration read the data and recorded its configuration; it leaves
+	// s.data nil only when the Secret could not be found, which this read reports.
+	data, configuration := s.data, s.pool.Status.BootstrapData.Configuration
 	if data == nil {
 		var err error
 		if data, err = bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name); err != nil {
 			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
 		}
+		configuration = data.Configuration()
 	}
-	s.creation.dataSecretName, s.creation.dataHash, s.creation.configuration = name, data.Hash, data.Configuration()
+	s.creation.dataSecretName, s.creation.dataHash, s.creation.configuration = name, data.Hash, configuration
 
 	if pauseUnfinished && data.Hash == gate.BootstrapDataHashAtPause {
 		why := "the data predates the pause that began at " + gate.WaitingSince.UTC().Format(time.RFC3339)
