@@ -152,6 +152,16 @@ test-kind: ## Test the kind management cluster (build tag kind): providers Avail
 	  CLUSTERCTL=$(BIN)/clusterctl CLUSTERCTL_CONFIG=$(CLUSTERCTL_REPOSITORY)/clusterctl.yaml \
 	  go test -tags kind -count=1 -v -timeout 30m ./test/kind/
 
+# The deployed tier: test/e2e on Cluster API's e2e framework, on a kind management cluster of its
+# own made by hack/kind-management.sh and deleted after (E2E_KEEP_CLUSTER=true keeps it).
+# E2E_FOCUS selects specs by name (ginkgo's focus), e.g. E2E_FOCUS=quick-start.
+E2E_VERSIONS := v1.36.3 v1.37.2
+
+.PHONY: test-e2e
+test-e2e: clusterctl-repository ## Deployed tier: Cluster API's quick-start (machinepool and ClusterClass flavors), MachinePool spec, clusterctl move, upgrade both at once in both orders, on a kind management cluster
+	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(E2E_VERSIONS)"
+	E2E_NODE_IMAGE=kindest/node:$(firstword $(E2E_VERSIONS)) CAPDMP_CACHE="$(CAPDMP_CACHE)" IMG="$(IMG)" hack/test-e2e.sh
+
 ##@ Run
 # The node images `make run` makes sure of (the newest one's kubectl becomes bin/kubectl), and the
 # flags of the management plane (cmd/management-plane: --data-dir, --fresh, ...).

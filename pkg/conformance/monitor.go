@@ -33,6 +33,17 @@ type Sample struct {
 	Gate string
 }
 
+// String is the sample as a timeline shows it: each kind of version summarized, the gate's word
+// or "admitted".
+func (s Sample) String() string {
+	gate := s.Gate
+	if gate == "" {
+		gate = "admitted"
+	}
+	return fmt.Sprintf("apiservers %-24s control plane status %-16s pool instances %-24s pool kubelets %-24s gate %s",
+		Summarize(s.APIServers), Summarize(s.ControlPlaneStatus), Summarize(s.Instances), Summarize(s.Kubelets), gate)
+}
+
 // Violations judges the sample with the one rule of pkg/skew: each instance and each kubelet
 // against the kube-apiservers. A version that cannot be read counts as a violation: a monitor
 // that cannot judge must not pass.

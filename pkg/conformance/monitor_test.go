@@ -38,6 +38,28 @@ func TestSampleViolations(t *testing.T) {
 	}
 }
 
+func TestSampleString(t *testing.T) {
+	tests := []struct {
+		name   string
+		sample Sample
+		want   []string
+	}{
+		{name: "pool waiting", sample: Sample{APIServers: []string{"v1.36.3"}, ControlPlaneStatus: []string{"v1.36.3"},
+			Instances: []string{"v1.36.3", "v1.36.3"}, Kubelets: []string{"v1.36.3"}, Gate: "ControlPlaneOlder"},
+			want: []string{"apiservers [v1.36.3]", "control plane status [v1.36.3]", "pool instances [v1.36.3×2]", "pool kubelets [v1.36.3]", "gate ControlPlaneOlder"}},
+		{name: "no gate word: admitted", sample: Sample{},
+			want: []string{"apiservers []", "pool instances []", "gate admitted"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			for _, part := range tt.want {
+				g.Expect(tt.sample.String()).To(ContainSubstring(part))
+			}
+		})
+	}
+}
+
 func TestCoverage(t *testing.T) {
 	judged := Sample{APIServers: []string{"v1.36.3"}, Instances: []string{"v1.36.3"}}
 	blind := Sample{Instances: []string{"v1.36.3"}}

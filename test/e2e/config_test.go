@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
 	"sigs.k8s.io/yaml"
 )
@@ -24,14 +25,20 @@ func TestConfig(t *testing.T) {
 	g.Expect(config.Validate()).To(Succeed())
 
 	g.Expect(config.InfrastructureProviders()).To(ConsistOf("docker", "capdmp"))
+	// Every provider comes from the local repository make clusterctl-repository writes, in the
+	// folder clusterctl reads it from: <repository>/<provider label>/<version>/.
+	repository, err := filepath.Abs(filepath.Join("..", "..", "out", "clusterctl-repository"))
+	g.Expect(err).ToNot(HaveOccurred())
 	for _, p := range config.Providers {
+		label := clusterctlv1.ManifestLabel(p.Name, clusterctlv1.ProviderType(p.Type))
 		for _, v := range p.Versions {
-			if v.Type == clusterctl.KustomizeSource {
-				g.Expect(filepath.Join(v.Value, "kustomization.yaml")).To(BeAnExistingFile(), "provider %s %s", p.Name, v.Name)
-			}
+			g.Expect(v.Type).To(Equal(clusterctl.URLSource), "provider %s %s", p.Name, v.Name)
+			path, err := filepath.Abs(v.Value)
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(filepath.Dir(path)).To(Equal(filepath.Join(repository, label, v.Name)), "provider %s %s", p.Name, v.Name)
 		}
 	}
-	for _, name := range []string{KubernetesVersionManagement, KubernetesVersionUpgradeFrom, KubernetesVersionUpgradeTo, IPFamily, CNIPath} {
+	for _, name := range []string{KubernetesVersionManagement, KubernetesVersion, KubernetesVersionUpgradeFrom, KubernetesVersionUpgradeTo, IPFamily, CNIPath} {
 		g.Expect(config.Variables).To(HaveKey(name))
 	}
 	g.Expect(config.Intervals).To(HaveKey("default/wait-version-gate"))

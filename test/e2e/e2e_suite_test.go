@@ -31,6 +31,7 @@ import (
 var (
 	configPath         string
 	artifactFolder     string
+	clusterctlConfig   string
 	useExistingCluster bool
 	skipCleanup        bool
 )
@@ -51,6 +52,7 @@ var (
 func init() {
 	flag.StringVar(&configPath, "e2e.config", "config/capdmp.yaml", "path to the e2e config file")
 	flag.StringVar(&artifactFolder, "e2e.artifacts-folder", "../../_artifacts/e2e", "folder where e2e test artifacts are stored")
+	flag.StringVar(&clusterctlConfig, "e2e.clusterctl-config", "", "clusterctl config of an existing local repository (make clusterctl-repository's); empty writes one from the e2e config's providers")
 	flag.BoolVar(&useExistingCluster, "e2e.use-existing-cluster", false, "use the current kubeconfig's cluster instead of creating a kind cluster")
 	flag.BoolVar(&skipCleanup, "e2e.skip-resource-cleanup", false, "keep the clusters and resources the tests created")
 }
@@ -73,11 +75,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	By("Loading the e2e configuration from " + configPath)
 	e2eConfig = loadE2EConfig(configPath)
 
-	By("Creating a clusterctl local repository in " + artifactFolder)
-	clusterctlConfigPath = clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
-		E2EConfig:        e2eConfig,
-		RepositoryFolder: filepath.Join(artifactFolder, "repository"),
-	})
+	clusterctlConfigPath = clusterctlConfigOf(e2eConfig)
 
 	By("Setting up the management cluster")
 	bootstrapClusterProvider, bootstrapClusterProxy = setupBootstrapCluster(e2eConfig, initScheme())
@@ -103,12 +101,13 @@ var _ = SynchronizedAfterSuite(func() {}, func() {
 	if skipCleanup {
 		return
 	}
-	By("Tearing down the management cluster")
 	cancelWatches()
 	if bootstrapClusterProxy != nil {
 		bootstrapClusterProxy.Dispose(ctx)
 	}
+	// A cluster the suite did not make (-e2e.use-existing-cluster) is left to its maker.
 	if bootstrapClusterProvider != nil {
+		By("Tearing down the management cluster")
 		bootstrapClusterProvider.Dispose(ctx)
 	}
 })
@@ -116,18 +115,28 @@ var _ = SynchronizedAfterSuite(func() {}, func() {
 func loadE2EConfig(path string) *clusterctl.E2EConfig {
 	config := clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: path})
 	Expect(config).ToNot(BeNil(), "failed to load the e2e config from %s", path)
-	if config.GetVariableOrEmpty(CNIPath) == "" {
-		config.Variables[CNIPath] = defaultCNIPath()
-	}
 	return config
 }
 
-// defaultCNIPath is kindnet's manifest from Cluster API's test module, as its own e2e suite uses.
-func defaultCNIPath() string {
-	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api/test").Output()
-	Expect(err).ToNot(HaveOccurred(), "locating sigs.k8s.io/cluster-api/test in the module cache (or set CNI)")
-	path := filepath.Join(strings.TrimSpace(string(out)), "e2e", "data", "cni", "kindnet", "kindnet.yaml")
-	Expect(path).To(BeAnExistingFile())
+// clusterctlConfigOf is the clusterctl config the specs use: -e2e.clusterctl-config's, with the e2e
+// config's variables added (in a copy in the artifacts folder), or a local repository written from
+// the e2e config's providers, as Cluster API's suite does.
+func clusterctlConfigOf(config *clusterctl.E2EConfig) string {
+	if clusterctlConfig == "" {
+		By("Creating a clusterctl local repository in " + artifactFolder)
+		return clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
+			E2EConfig:        config,
+			RepositoryFolder: filepath.Join(artifactFolder, "repository"),
+		})
+	}
+	By("Using the clusterctl config " + clusterctlConfig + " with the e2e config's variables")
+	path := filepath.Join(artifactFolder, "repository", "clusterctl-config.yaml")
+	Expect(os.MkdirAll(filepath.Dir(path), 0o750)).To(Succeed())
+	Expect(clusterctl.CopyAndAmendClusterctlConfig(ctx, clusterctl.CopyAndAmendClusterctlConfigInput{
+		ClusterctlConfigPath: clusterctlConfig,
+		OutputPath:           path,
+		Variables:            config.Variables,
+	})).To(Succeed())
 	return path
 }
 
@@ -166,4 +175,37 @@ func setupBootstrapCluster(config *clusterctl.E2EConfig, scheme *runtime.Scheme)
 	proxy := framework.NewClusterProxy("bootstrap", kubeconfigPath, scheme)
 	Expect(proxy).ToNot(BeNil())
 	return provider, proxy
+}
+
+// createManagementCluster makes another kind management cluster the way the suite's own was made
+// (hack/kind-management.sh: the node image of KUBERNETES_VERSION_MANAGEMENT, the images loaded,
+// clusterctl init from the local repository), and returns it with the function that deletes it.
+func createManagementCluster(ctx context.Context, name string) (framework.ClusterProxy, func()) {
+	script := filepath.Join("..", "..", "hack", "kind-management.sh")
+	env := append(os.Environ(),
+		"KIND_MANAGEMENT_NAME="+name,
+		"KIND_MANAGEMENT_NODE_IMAGE=kindest/node:"+e2eConfig.MustGetVariable(KubernetesVersionManagement),
+		"KIND_MANAGEMENT_DIR="+filepath.Join(artifactFolder, "kind", name),
+	)
+	if clusterctlConfig != "" {
+		env = append(env, "CLUSTERCTL_REPOSITORY="+filepath.Dir(clusterctlConfig))
+	}
+	for _, v := range []string{"EXP_MACHINE_POOL", "CLUSTER_TOPOLOGY"} {
+		env = append(env, v+"="+e2eConfig.GetVariableOrEmpty(v))
+	}
+	run := func(action string) string {
+		cmd := exec.CommandContext(ctx, script, action)
+		cmd.Env, cmd.Stderr = env, GinkgoWriter
+		out, err := cmd.Output()
+		Expect(err).NotTo(HaveOccurred(), "%s %s of management cluster %s", script, action, name)
+		return strings.TrimSpace(string(out))
+	}
+	kubeconfig := run("create")
+	proxy := framework.NewClusterProxy(name, kubeconfig, initScheme())
+	return proxy, func() {
+		proxy.Dispose(ctx)
+		if !skipCleanup {
+			run("delete")
+		}
+	}
 }

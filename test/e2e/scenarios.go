@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	capdmpframework "github.com/capdmp/capdmp/test/framework"
 )
@@ -41,10 +40,11 @@ type ScenarioSpecInput struct {
 // ScenarioSpec runs one scenario of pkg/conformance's table, the one every CAPDMP tier runs, on a
 // workload cluster made with clusterctl from CAPDMP's templates in the scenario's shape at the
 // oldest version it needs (KUBERNETES_VERSION_UPGRADE_FROM, then _TO; a chain of three versions
-// also needs KUBERNETES_VERSION_UPGRADE_TO_NEXT). The monitor samples the control-plane Nodes'
-// kubelets (kubeadm installs the kube-apiserver of the same version beside each) before the pool's
-// instances and worker Nodes, and the spec fails on any violation of the skew policy or a monitor
-// that judged nothing. The provider is restarted by deleting its manager's Pods.
+// also needs KUBERNETES_VERSION_UPGRADE_TO_NEXT). The monitor is the other tiers' one
+// (test/framework): it asks each control-plane node's kube-apiserver its version at the node's
+// own address, then reads the pool's containers and Nodes; a sample no kube-apiserver answered is
+// counted apart, and the spec fails on any violation of the skew policy or a monitor that judged
+// nothing. The provider is restarted by deleting its manager's Pods.
 func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 	var (
 		input            ScenarioSpecInput
@@ -90,7 +90,7 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 				LogFolder:                filepath.Join(input.ArtifactFolder, "clusters", input.BootstrapClusterProxy.GetName()),
 				ClusterctlConfigPath:     input.ClusterctlConfigPath,
 				KubeconfigPath:           input.BootstrapClusterProxy.GetKubeconfigPath(),
-				InfrastructureProvider:   "capdmp",
+				InfrastructureProvider:   capdmpProvider,
 				Flavor:                   flavor,
 				Namespace:                namespace.Name,
 				ClusterName:              fmt.Sprintf("%s-%s", specName, util.RandomString(6)),
@@ -104,12 +104,11 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 			WaitForMachinePools:          input.E2EConfig.GetIntervals(specName, "wait-machine-pool-nodes"),
 		}, clusterResources)
 		Expect(clusterResources.MachinePools).To(HaveLen(1), "the %q flavor must create one MachinePool", flavor)
-		mp := clusterResources.MachinePools[0]
-		c := deployedCluster{
-			CAPDMPPool: &capdmpframework.CAPDMPPool{Management: input.BootstrapClusterProxy.GetClient(),
-				Key: client.ObjectKeyFromObject(mp), ClusterName: clusterResources.Cluster.Name},
-			workload: input.BootstrapClusterProxy.GetWorkloadCluster(ctx, clusterResources.Cluster.Namespace, clusterResources.Cluster.Name).GetClient(),
-		}
+		world, err := capdmpframework.Attach(input.BootstrapClusterProxy.GetKubeconfigPath(), os.Getenv("DOCKER_HOST"))
+		Expect(err).NotTo(HaveOccurred(), "reaching the management cluster and the Docker engine (DOCKER_HOST) the workload nodes run on")
+		defer world.Stop()
+		c := deployedCluster{Cluster: world.Cluster(clusterResources.Cluster.Namespace, clusterResources.Cluster.Name)}
+		Expect(c.MachinePool()).To(Equal(client.ObjectKeyFromObject(clusterResources.MachinePools[0])), "the flavor's MachinePool is named as test/framework expects")
 		// deployedCluster offers every capability the table asks for: one missing is a bug here.
 		ok, missing := sc.RunnableOn(c)
 		Expect(ok).To(BeTrue(), "scenario %s needs %v of the deployed cluster", sc.Name, missing)
@@ -124,18 +123,29 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 			Expect(err).NotTo(HaveOccurred(), "interval %s", name)
 			return d
 		}
+		start := time.Now()
 		report, err := sc.Run(ctx, c, conformance.Options{
-			Versions: versions, Interval: time.Second, TokenTTL: 15 * time.Minute,
+			Versions: versions, Interval: 100 * time.Millisecond, TokenTTL: 15 * time.Minute,
 			Budgets: conformance.Budgets{
 				ClusterReady: budget("wait-control-plane"), ControlPlaneMachine: budget("wait-control-plane"),
 				ControlPlaneUpgrade: budget("wait-control-plane-upgrade"), PoolUpgrade: budget("wait-machine-pool-upgrade"),
 				Gate: budget("wait-version-gate"), Settle: 30 * time.Second,
 			},
-			Logf: func(format string, args ...any) { Byf(format, args...) },
+			Logf:     func(format string, args ...any) { Byf(format, args...) },
+			OnChange: func(x conformance.Sample) { timeline(start, x) },
 		})
-		Byf("monitor: %s; re-open latencies %v", report.Monitor.Coverage, report.Latencies)
+		m := report.Monitor
+		for _, l := range report.Latencies {
+			Byf("gate re-open to %s: %s after the last older kube-apiserver, %s after the control plane's status.versions",
+				l.Target, l.FromAPIServers.Round(10*time.Millisecond), l.FromStatus.Round(10*time.Millisecond))
+		}
+		for _, v := range m.Violations[:min(len(m.Violations), 5)] {
+			Byf("VIOLATION %s", v)
+		}
+		Byf("monitor: %s", m.Coverage)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(report.Monitor.Violations).To(BeEmpty(), "no kubelet breaks the skew policy")
+		Expect(m.Violations).To(BeEmpty(), "no kubelet breaks the skew policy")
+		Expect(m.Coverage.Blind()).To(BeEmpty(), "the monitor judged most samples")
 	})
 
 	AfterEach(func() {
@@ -147,29 +157,20 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 // Byf is By with a format.
 func Byf(format string, args ...any) { By(fmt.Sprintf(format, args...)) }
 
-// deployedCluster is a scenario's cluster in a deployed management cluster: CAPDMP's pool read
-// through the management API (the pool's status lists its instances), and the workload cluster's
-// Nodes for the monitor.
-type deployedCluster struct {
-	*capdmpframework.CAPDMPPool
-	workload client.Client
+// timeline writes a sample that differs from the one before to the spec's output.
+func timeline(start time.Time, x conformance.Sample) {
+	_, _ = fmt.Fprintf(GinkgoWriter, "  %7.1fs  %s\n", x.At.Sub(start).Seconds(), x)
 }
 
-// Instances are the instances the DockerMachinePool's status lists.
-func (c deployedCluster) Instances(ctx context.Context) ([]conformance.Instance, error) {
-	pool := &infrav1.DockerMachinePool{}
-	if err := c.Management.Get(ctx, c.Key, pool); err != nil {
-		return nil, err
-	}
-	instances := make([]conformance.Instance, 0, len(pool.Status.Instances))
-	for _, i := range pool.Status.Instances {
-		instances = append(instances, conformance.Instance{Name: i.InstanceName, Version: i.Version})
-	}
-	return instances, nil
+// deployedCluster is a scenario's cluster on the deployed management cluster: test/framework's
+// Cluster, reached through the management cluster's kubeconfig, whose provider restarts the way
+// a deployed one does.
+type deployedCluster struct {
+	*capdmpframework.Cluster
 }
 
 // RestartProvider deletes the CAPDMP manager's Pods, as a node drain or an OOM kill would, and
-// waits until its Deployment is available again with new Pods.
+// waits until a new one is ready.
 func (c deployedCluster) RestartProvider(ctx context.Context) error {
 	manager := client.MatchingLabels{"control-plane": "controller-manager"}
 	inNamespace := client.InNamespace(capdmpNamespace)
@@ -183,7 +184,7 @@ func (c deployedCluster) RestartProvider(ctx context.Context) error {
 			return false, "", err
 		}
 		for _, p := range pods.Items {
-			if p.CreationTimestamp.Time.After(restartedAt.Add(-time.Second)) && p.Status.Phase == corev1.PodRunning &&
+			if p.CreationTimestamp.After(restartedAt.Add(-time.Second)) && p.Status.Phase == corev1.PodRunning &&
 				slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 					return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 				}) {
@@ -194,40 +195,5 @@ func (c deployedCluster) RestartProvider(ctx context.Context) error {
 	})
 }
 
-// capdmpNamespace is where config/default deploys the CAPDMP manager.
+// capdmpNamespace is where CAPDMP's components deploy its manager.
 const capdmpNamespace = "capdmp-system"
-
-// MakeVersionAvailable does nothing: the e2e config's images are loaded into kind before the suite.
-func (c deployedCluster) MakeVersionAvailable(context.Context, string) error { return nil }
-
-// Source implements conformance.Observer.
-func (c deployedCluster) Source() conformance.Source { return c }
-
-// Observe reads the control-plane Nodes' kubelets (each beside a kube-apiserver of its version)
-// before the pool's instances and the worker Nodes.
-func (c deployedCluster) Observe(ctx context.Context) (conformance.Sample, error) {
-	nodes := &corev1.NodeList{}
-	if err := c.workload.List(ctx, nodes); err != nil {
-		return conformance.Sample{}, err
-	}
-	s := conformance.Sample{}
-	for _, n := range nodes.Items {
-		if _, ok := n.Labels["node-role.kubernetes.io/control-plane"]; ok {
-			s.APIServers = append(s.APIServers, n.Status.NodeInfo.KubeletVersion)
-		}
-	}
-	instances, err := c.Instances(ctx)
-	if err != nil {
-		return conformance.Sample{}, err
-	}
-	for _, i := range instances {
-		s.Instances = append(s.Instances, i.Version)
-	}
-	for _, n := range nodes.Items {
-		if _, ok := n.Labels["node-role.kubernetes.io/control-plane"]; !ok {
-			s.Kubelets = append(s.Kubelets, n.Status.NodeInfo.KubeletVersion)
-		}
-	}
-	s.Gate, _, _ = c.Gate(ctx)
-	return s, nil
-}

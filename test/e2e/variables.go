@@ -5,6 +5,8 @@ package e2e
 const (
 	// KubernetesVersionManagement is the Kubernetes version of the kind management cluster.
 	KubernetesVersionManagement = "KUBERNETES_VERSION_MANAGEMENT"
+	// KubernetesVersion is the version of the workload clusters of the specs that upgrade nothing.
+	KubernetesVersion = "KUBERNETES_VERSION"
 	// KubernetesVersionUpgradeFrom is the version a workload cluster is created at.
 	KubernetesVersionUpgradeFrom = "KUBERNETES_VERSION_UPGRADE_FROM"
 	// KubernetesVersionUpgradeTo is the version the control plane and the MachinePools move to.
@@ -14,7 +16,7 @@ const (
 	KubernetesVersionUpgradeToNext = "KUBERNETES_VERSION_UPGRADE_TO_NEXT"
 	// IPFamily is kind's IP family of the management cluster (IPv4, IPv6 or dual).
 	IPFamily = "IP_FAMILY"
-	// CNIPath is the CNI manifest applied to each workload cluster; empty means kindnet from
-	// Cluster API's test module.
+	// CNIPath is the CNI manifest applied to each workload cluster of the scenarios; empty applies
+	// none (the node images built here bring their own pod network).
 	CNIPath = "CNI"
 )

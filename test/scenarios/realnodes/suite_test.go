@@ -261,13 +261,7 @@ func (s *scenario) check(report conformance.Report, runErr error) {
 
 // timeline prints a sample that differs from the one before.
 func (s *scenario) timeline(x conformance.Sample) {
-	gate := x.Gate
-	if gate == "" {
-		gate = "admitted"
-	}
-	fmt.Fprintf(s.out, "  %7.1fs  apiservers %-24s KCP status %-16s pool containers %-24s pool kubelets %-24s gate %s\n",
-		x.At.Sub(s.start).Seconds(), conformance.Summarize(x.APIServers), conformance.Summarize(x.ControlPlaneStatus),
-		conformance.Summarize(x.Instances), conformance.Summarize(x.Kubelets), gate)
+	fmt.Fprintf(s.out, "  %7.1fs  %s\n", x.At.Sub(s.start).Seconds(), x)
 }
 
 // watch starts the monitor of a cluster no table scenario runs on; its cleanup checks what the

@@ -81,10 +81,7 @@ func run(ctx context.Context, name string, versions []string) (err error) {
 		Versions: versions, Interval: 50 * time.Millisecond, TokenTTL: 15 * time.Minute, Logf: say,
 		Budgets: conformance.Budgets{ClusterReady: 10 * time.Minute, ControlPlaneMachine: 10 * time.Minute, ControlPlaneUpgrade: 15 * time.Minute,
 			PoolUpgrade: 15 * time.Minute, Gate: 2 * time.Minute, Settle: 30 * time.Second},
-		OnChange: func(x conformance.Sample) {
-			say("apiservers %-24s pool containers %-24s pool kubelets %-24s gate %q", conformance.Summarize(x.APIServers),
-				conformance.Summarize(x.Instances), conformance.Summarize(x.Kubelets), x.Gate)
-		},
+		OnChange: func(x conformance.Sample) { say("%s", x) },
 	})
 	for _, l := range report.Latencies {
 		say("gate re-open latency to %s: %s after the last old kube-apiserver, %s after the control plane's status", l.Target,
