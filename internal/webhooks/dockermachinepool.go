@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -62,8 +63,10 @@ func (webhook *DockerMachinePool) ValidateDelete(_ context.Context, _ *infrav1.D
 
 func (webhook *DockerMachinePool) validate(oldPool, newPool *infrav1.DockerMachinePool) (admission.Warnings, error) {
 	// The pool's containers carry the UID recorded there: changed or removed, the pool would lose
-	// them. A new pool may bring one (clusterctl move creates the pool with its annotations).
-	if oldPool != nil {
+	// them. A new pool may bring one (clusterctl move creates the pool with its annotations), and
+	// the pool clusterctl move deletes from its source loses it: move marks it by replacing every
+	// annotation with its own, the pool on the target keeps the UID.
+	if _, deletedForMove := newPool.Annotations[clusterctlv1.DeleteForMoveAnnotation]; oldPool != nil && !deletedForMove {
 		if uid, ok := oldPool.Annotations[infrav1.PoolUIDAnnotation]; ok && newPool.Annotations[infrav1.PoolUIDAnnotation] != uid {
 			return nil, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, field.ErrorList{
 				field.Forbidden(field.NewPath("metadata", "annotations").Key(infrav1.PoolUIDAnnotation),

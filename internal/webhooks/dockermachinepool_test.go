@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
@@ -272,6 +273,10 @@ func TestDockerMachinePoolUIDAnnotation(t *testing.T) {
 		{name: "changed", old: withUID("uid-1"), new: withUID("uid-2"), wantErrs: []string{"metadata.annotations[infrastructure.capdmp.dev/pool-uid]", "cannot change"}},
 		{name: "removed", old: withUID("uid-1"), new: withUID(""), wantErrs: []string{"metadata.annotations[infrastructure.capdmp.dev/pool-uid]"}},
 		{name: "brought by a new pool (clusterctl move)", new: withUID("uid-1")},
+		{name: "removed by clusterctl move's delete-for-move annotation, which replaces every annotation",
+			old: withUID("uid-1"), new: deletedForMove(withUID(""))},
+		{name: "changed beside the delete-for-move annotation: the pool is leaving this cluster",
+			old: withUID("uid-1"), new: deletedForMove(withUID("uid-2"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -285,6 +290,15 @@ func TestDockerMachinePoolUIDAnnotation(t *testing.T) {
 			expectInvalid(g, err, tt.wantErrs)
 		})
 	}
+}
+
+// deletedForMove marks pool the way clusterctl move marks what it deletes from its source.
+func deletedForMove(pool *infrav1.DockerMachinePool) *infrav1.DockerMachinePool {
+	if pool.Annotations == nil {
+		pool.Annotations = map[string]string{}
+	}
+	pool.Annotations[clusterctlv1.DeleteForMoveAnnotation] = ""
+	return pool
 }
 
 func TestDockerMachinePoolValidateDelete(t *testing.T) {
