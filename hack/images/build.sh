@@ -283,7 +283,6 @@ main() {
     selected "${fields[0]}" "$@" || continue
     build_one "${fields[@]}"
   done
-  [[ -z "${CAPI_MODFILE}" ]] || rm -rf "$(dirname "${CAPI_MODFILE}")"
   log "done in $((SECONDS - start))s:"
   local entry tag size
   for entry in "${SUMMARY[@]}"; do
