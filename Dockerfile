@@ -3,7 +3,8 @@
 #
 # The manager is built on the host, not in a builder stage, so that no Go image has to be pulled:
 # make docker-build (hack/images/build.sh capdmp) builds a static binary (CGO_ENABLED=0,
-# -trimpath, -ldflags '-s -w') and runs `docker build --pull=false` on a context that holds this
+# -trimpath, -ldflags '-s -w' and the version flags of hack/version.sh: `/manager --version`
+# prints them) and runs `docker build --pull=false` on a context that holds this
 # file and the binary as `manager`. Plain `docker build` works the same way on any folder holding
 # both. The base is scratch; BASE_IMAGE=gcr.io/distroless/static:nonroot (CAPDMP_BASE_IMAGE in
 # make) selects distroless where it can be pulled.

@@ -9,6 +9,9 @@ export KUBEBUILDER_ASSETS ?= $(BIN)/envtest
 GO_TEST_FLAGS ?= -timeout 30m
 
 IMG ?= capdmp-controller:dev
+# The version of the manager, its git commit and build date (hack/version.sh), as Cluster API's
+# Makefile sets its own.
+LDFLAGS = $(shell hack/version.sh)
 
 ##@ General
 .PHONY: help
@@ -177,7 +180,7 @@ run: envtest-binaries docker-engine ## The main job: a whole Cluster API managem
 
 .PHONY: run-binaries
 run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl and bin/kubectl (the Kubernetes build of the newest RUN_NODE_IMAGE_VERSIONS)
-	go build -o $(BIN)/manager .
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/manager .
 	go build -o $(BIN)/management-plane ./cmd/management-plane
 	go build -o $(BIN)/clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
 	kube="$$($(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/kube-binaries.sh $(lastword $(RUN_NODE_IMAGE_VERSIONS)))" && \
@@ -194,8 +197,8 @@ demo: envtest-binaries docker-engine ## Scenario 1 with real nodes as a live tim
 	eval "$$(hack/docker-engine.sh env)" && $(BIN)/demo --scenario $(DEMO_SCENARIO) --versions $(DEMO_FROM),$(DEMO_TO)
 
 .PHONY: build
-build: ## Build the manager binary
-	CGO_ENABLED=0 go build -trimpath -o $(BIN)/manager .
+build: ## Build the manager binary, its version set (bin/manager --version)
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/manager .
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (IMG, capdmp-controller:dev) from a static binary built here, on scratch (CAPDMP_BASE_IMAGE)

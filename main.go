@@ -38,6 +38,7 @@ import (
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/hostpath"
 	"github.com/capdmp/capdmp/internal/webhooks"
+	"github.com/capdmp/capdmp/version"
 )
 
 // options are the manager's flags.
@@ -58,6 +59,7 @@ type options struct {
 	createConcurrency   int
 	allowedHostPaths    []string
 	logOptions          *logs.Options
+	printVersion        bool
 	// skipNameValidation lets a process start more than one manager (benchmarks); not a flag.
 	skipNameValidation bool
 }
@@ -82,6 +84,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 			"/, the Docker sockets, /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/docker, /var/lib/containerd and /var/lib/kubelet are never allowed.")
 	o.logOptions = logs.NewOptions()
 	logsv1.AddFlags(o.logOptions, fs)
+	fs.BoolVar(&o.printVersion, "version", false, "Print the version (set at build time: hack/version.sh) and exit.")
 }
 
 func main() {
@@ -89,11 +92,17 @@ func main() {
 	o.addFlags(pflag.CommandLine)
 	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
 	pflag.Parse()
+	if o.printVersion {
+		fmt.Println(version.Get().Long())
+		return
+	}
 	if err := logsv1.ValidateAndApply(o.logOptions, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	ctrl.SetLogger(klog.Background())
+	v := version.Get()
+	klog.Background().Info(fmt.Sprintf("Version: %s (git commit: %s, build date: %s)", v, v.GitCommit, v.BuildDate))
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		klog.Background().Error(err, "Manager failed")
 		os.Exit(1)
@@ -144,7 +153,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	ctrl.LoggerFrom(ctx).Info("Starting manager")
+	ctrl.LoggerFrom(ctx).Info("Starting manager", "version", version.Get().String())
 	return mgr.Start(ctx)
 }
 

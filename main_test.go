@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,4 +58,43 @@ func TestCacheHoldsOnlySecretsOfClusters(t *testing.T) {
 	opts, err = cacheOptions("tenant-a")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(opts.DefaultNamespaces).To(HaveKey("tenant-a"))
+}
+
+// TestVersionFlag builds the manager with the -ldflags hack/version.sh prints, as make build does,
+// and checks that --version prints what they set.
+func TestVersionFlag(t *testing.T) {
+	g := NewWithT(t)
+	root := testenv.RepoRoot()
+	script := exec.Command("hack/version.sh")
+	script.Dir = root
+	script.Env = append(os.Environ(), "GIT_VERSION=v0.1.2", "SOURCE_DATE_EPOCH=0")
+	ldflags, err := script.Output()
+	g.Expect(err).NotTo(HaveOccurred(), "hack/version.sh")
+	binary := filepath.Join(t.TempDir(), "manager")
+	build := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", binary, ".")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "building the manager: %s", out)
+	commit, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	g.Expect(err).NotTo(HaveOccurred())
+
+	out, err = exec.Command(binary, "--version").CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+	printed := strings.TrimSpace(string(out))
+	tests := []struct {
+		name string
+		want string
+	}{
+		{name: "version first", want: "v0.1.2 ("},
+		{name: "git commit", want: "git commit: " + strings.TrimSpace(string(commit))},
+		{name: "build date", want: "built: 1970-01-01T00:00:00Z"},
+		{name: "Go version", want: runtime.Version()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(printed).To(ContainSubstring(tt.want))
+		})
+	}
+	g.Expect(strings.Count(printed, "\n")).To(BeZero(), "one line, and nothing else: the manager does not start")
 }

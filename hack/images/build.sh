@@ -136,6 +136,11 @@ ldflags() {
     cert-manager)
       flags+=" -X ${CERT_MANAGER}/pkg/util.AppVersion=$(main_version cert-manager "${CERT_MANAGER}")"
       ;;
+    capdmp)
+      # The version, commit and commit date of the tree (the date, not now: the cache holds
+      # until the tree changes), as make build sets them.
+      flags+=" $("${REPO_ROOT}/hack/version.sh")"
+      ;;
   esac
   echo "${flags}"
 }
