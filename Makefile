@@ -23,7 +23,7 @@ help: ## Show the targets
 generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 	$(TOOLS) controller-gen object paths=./api/...
 	$(TOOLS) controller-gen crd paths=./api/... output:crd:dir=./config/crd/bases
-	$(TOOLS) controller-gen rbac:roleName=manager-role paths=./controllers/... paths=./internal/... output:rbac:dir=./config/rbac
+	$(TOOLS) controller-gen rbac:roleName=manager-role paths=. paths=./controllers/... paths=./internal/... output:rbac:dir=./config/rbac
 	$(TOOLS) controller-gen webhook paths=./internal/webhooks/... output:webhook:dir=./config/webhook
 
 .PHONY: verify

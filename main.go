@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -24,13 +25,13 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -43,9 +44,17 @@ import (
 
 // options are the manager's flags.
 type options struct {
-	leaderElect         bool
-	metricsBindAddr     string
+	leaderElect                 bool
+	leaderElectionLeaseDuration time.Duration
+	leaderElectionRenewDeadline time.Duration
+	leaderElectionRetryPeriod   time.Duration
+	// managerOptions are Cluster API's flags of the diagnostics endpoint (metrics behind
+	// authentication and authorization) and of TLS.
+	managerOptions      flags.ManagerOptions
 	healthProbeBindAddr string
+	syncPeriod          time.Duration
+	restConfigQPS       float32
+	restConfigBurst     int
 	webhookPort         int
 	webhookCertDir      string
 	enableWebhooks      bool
@@ -66,8 +75,17 @@ type options struct {
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Enable leader election, so that only one manager is active.")
-	fs.StringVar(&o.metricsBindAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 disables it.")
+	fs.DurationVar(&o.leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long non-leader candidates wait before they force acquire leadership.")
+	fs.DurationVar(&o.leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader retries refreshing leadership before it gives up.")
+	fs.DurationVar(&o.leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How long candidates wait between tries of actions.")
+	flags.AddManagerOptions(fs, &o.managerOptions)
 	fs.StringVar(&o.healthProbeBindAddr, "health-probe-bind-address", ":9440", "Address of the health probes.")
+	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "The minimum interval at which watched objects are reconciled again.")
+	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", 100, "Maximum queries per second from the manager's clients to the management cluster's API server.")
+	fs.IntVar(&o.restConfigBurst, "kube-api-burst", 200, "Maximum burst of queries from the manager's clients to the management cluster's API server.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
 	fs.BoolVar(&o.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks.")
@@ -144,6 +162,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = o.restConfigQPS, o.restConfigBurst
 	engine, err := container.NewDocker()
 	if err != nil {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
@@ -157,6 +176,11 @@ func run(ctx context.Context, o *options) error {
 	return mgr.Start(ctx)
 }
 
+// The diagnostics endpoint (flags.GetManagerOptions) serves metrics over HTTPS to clients the API
+// server authenticates and authorizes, as Cluster API's managers do.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // newManager wires the manager: its cache and clients, the ClusterCache, both reconcilers on
 // the container runtime, the webhooks and the health checks.
 func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine container.Runtime) (ctrl.Manager, error) {
@@ -169,15 +193,24 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 	if err != nil {
 		return nil, err
 	}
+	cache.SyncPeriod = &o.syncPeriod
+	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.managerOptions)
+	if err != nil {
+		return nil, fmt.Errorf("reading the diagnostics and TLS flags: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Controller:             config.Controller{SkipNameValidation: ptr.To(o.skipNameValidation)},
-		Cache:                  cache,
-		Scheme:                 newScheme(),
-		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddr},
-		HealthProbeBindAddress: o.healthProbeBindAddr,
-		LeaderElection:         o.leaderElect,
-		LeaderElectionID:       "controller-leader-election-capdmp",
-		WebhookServer:          webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
+		Controller:                 config.Controller{SkipNameValidation: ptr.To(o.skipNameValidation)},
+		Cache:                      cache,
+		Scheme:                     newScheme(),
+		Metrics:                    *metricsOptions,
+		HealthProbeBindAddress:     o.healthProbeBindAddr,
+		LeaderElection:             o.leaderElect,
+		LeaderElectionID:           "controller-leader-election-capdmp",
+		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
+		LeaseDuration:              &o.leaderElectionLeaseDuration,
+		RenewDeadline:              &o.leaderElectionRenewDeadline,
+		RetryPeriod:                &o.leaderElectionRetryPeriod,
+		WebhookServer:              webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOptions}),
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Bootstrap data is read live for every container, never from the cache.
 			DisableFor: []client.Object{&corev1.Secret{}},

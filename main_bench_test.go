@@ -19,6 +19,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/flags"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	"sigs.k8s.io/cluster-api/util/test/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,8 +94,8 @@ func measureManagerMemory(b *testing.B, n int) managerMemory {
 	// The ClusterCache lives as long as the context it is set up with: the manager's.
 	mgrCtx, stopManager := context.WithCancel(ctx)
 	mgr, err := newManager(mgrCtx, &options{
-		metricsBindAddr: "0", healthProbeBindAddr: "0", dockerNetwork: "kind",
-		containerSyncPeriod: time.Hour, watchNamespace: memNamespace,
+		managerOptions: flags.ManagerOptions{DiagnosticsAddress: "0"}, healthProbeBindAddr: "0", dockerNetwork: "kind",
+		containerSyncPeriod: time.Hour, syncPeriod: 10 * time.Minute, watchNamespace: memNamespace,
 		poolConcurrency: 10, machineConcurrency: 10, createConcurrency: 5,
 		skipNameValidation: true,
 	}, env.Management.Config, engine)

@@ -36,6 +36,9 @@ type ManagerOptions struct {
 	// kubeconfig when empty.
 	Kubeconfig string
 	// Metrics serves the manager's metrics on a free loopback port (MetricsURL); off when false.
+	// A local process serves them as Cluster API's tests do, over plain HTTP to anyone
+	// (--insecure-diagnostics); the Deployment keeps the default, HTTPS to clients the API
+	// server authenticates and authorizes.
 	Metrics bool
 }
 
@@ -125,7 +128,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.cmd != nil {
 		return errors.New("the CAPDMP manager is already running")
 	}
-	args := []string{"--leader-elect=false", "--metrics-bind-address=" + cmp.Or(m.metricsAddr, "0"), "--docker-network=" + m.o.DockerNetwork, "--v=2"}
+	args := []string{"--leader-elect=false", "--docker-network=" + m.o.DockerNetwork, "--v=2"}
+	if m.metricsAddr != "" {
+		args = append(args, "--diagnostics-address="+m.metricsAddr, "--insecure-diagnostics")
+	} else {
+		args = append(args, "--diagnostics-address=0")
+	}
 	if m.o.NoWebhooks {
 		args = append(args, "--enable-webhooks=false", "--health-probe-bind-address="+m.healthAddr)
 	} else {

@@ -184,6 +184,9 @@ func TestManagerRunsWithShippedRBAC(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "default"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: capdmpNamespace}, true},
+		// The secure diagnostics endpoint authenticates and authorizes its clients.
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "nodes"}, false},
 	}

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/cluster-api/util/flags"
+
 	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/hostpath"
 )
@@ -16,6 +19,16 @@ import (
 // loggingFlags are added to the manager's flag set by k8s.io/component-base/logs
 // (logsv1.AddFlags), not by a literal in main.go, with their defaults.
 var loggingFlags = map[string]string{"v": "0", "vmodule": "", "logging-format": "text"}
+
+// managerOptionFlags are Cluster API's manager flags (diagnostics endpoint, TLS) with their
+// defaults, which main.go adds with flags.AddManagerOptions.
+func managerOptionFlags() map[string]string {
+	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
+	flags.AddManagerOptions(fs, &flags.ManagerOptions{})
+	defaults := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { defaults[f.Name] = f.DefValue })
+	return defaults
+}
 
 // mainConstants are the constants of other packages main.go names a flag or its default by, as
 // the flag's value would print them.
@@ -40,24 +53,33 @@ func mainFlags(t *testing.T) []string {
 
 // mainFlagDefaults returns the flags main.go defines with their defaults as written there: a
 // literal, or a constant of mainConstants; a default main.go computes otherwise is not in the
-// map's value ("?").
+// map's value ("?"). Cluster API's manager flags are included when main.go adds them.
 func mainFlagDefaults(t *testing.T) map[string]string {
 	t.Helper()
 	file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(repoRoot(t), "main.go"), nil, 0)
 	if err != nil {
 		t.Fatalf("parsing main.go: %v", err)
 	}
-	flags := map[string]string{}
+	defaults := map[string]string{}
 	for name, value := range loggingFlags {
-		flags[name] = value
+		defaults[name] = value
 	}
 	ast.Inspect(file, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) < 3 {
+		if !ok {
 			return true
 		}
 		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok || !strings.HasSuffix(sel.Sel.Name, "Var") {
+		if !ok {
+			return true
+		}
+		if pkg, isIdent := sel.X.(*ast.Ident); isIdent && pkg.Name == "flags" && sel.Sel.Name == "AddManagerOptions" {
+			for name, value := range managerOptionFlags() {
+				defaults[name] = value
+			}
+			return true
+		}
+		if !strings.HasSuffix(sel.Sel.Name, "Var") || len(call.Args) < 3 {
 			return true
 		}
 		name, ok := mainValue(t, call.Args[1])
@@ -68,13 +90,13 @@ func mainFlagDefaults(t *testing.T) map[string]string {
 		if !ok {
 			value = "?"
 		}
-		flags[name] = value
+		defaults[name] = value
 		return true
 	})
-	if len(flags) == len(loggingFlags) {
+	if len(defaults) == len(loggingFlags) {
 		t.Fatal("found no flag definitions in main.go")
 	}
-	return flags
+	return defaults
 }
 
 // mainValue is the value of a literal or of a constant of mainConstants in main.go.

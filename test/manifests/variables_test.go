@@ -19,10 +19,14 @@ const componentVariablesDoc = "docs/clusterctl.md"
 // envReference is a reference to the container's environment in args, which Kubernetes expands.
 var envReference = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
 
-var variableRow = regexp.MustCompile("(?m)^\\| `(CAPDMP_[A-Z0-9_]+)` \\| `([^`]*)` \\|")
+var variableRow = regexp.MustCompile("(?m)^\\| `((?:CAPDMP|CAPI)_[A-Z0-9_]+)` \\| `([^`]*)` \\|")
+
+// sharedVariables are Cluster API's variables that its providers' components share, so that one
+// setting reaches every provider clusterctl init installs: the diagnostics endpoint's.
+var sharedVariables = map[string]bool{"CAPI_DIAGNOSTICS_ADDRESS": true, "CAPI_INSECURE_DIAGNOSTICS": true}
 
 // documentedComponentVariables returns the variables docs/clusterctl.md lists for the components
-// (rows of CAPDMP_ variables), with their defaults.
+// (rows of CAPDMP_ and CAPI_ variables), with their defaults.
 func documentedComponentVariables(t *testing.T) map[string]string {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.Join(repoRoot(t), componentVariablesDoc))
@@ -37,7 +41,8 @@ func documentedComponentVariables(t *testing.T) map[string]string {
 }
 
 // TestComponentsVariables checks that every clusterctl variable of the components has a default,
-// so that clusterctl init needs none set, is named CAPDMP_..., and is listed in docs/clusterctl.md
+// so that clusterctl init needs none set, is named CAPDMP_... (or is one of Cluster API's shared
+// ones), and is listed in docs/clusterctl.md
 // with that default; and that the templates' CAPDMP_ variables are not mistaken for them.
 func TestComponentsVariables(t *testing.T) {
 	components(t) // builds componentsYAML once
@@ -57,7 +62,9 @@ func TestComponentsVariables(t *testing.T) {
 
 	documented := documentedComponentVariables(t)
 	for name, defaultValue := range variables {
-		g.Expect(name).To(HavePrefix("CAPDMP_"), "the components' variables are CAPDMP's")
+		if !sharedVariables[name] {
+			g.Expect(name).To(HavePrefix("CAPDMP_"), "the components' variables are CAPDMP's")
+		}
 		g.Expect(defaultValue).ToNot(BeNil(), "%s has no default: clusterctl init would fail without it set", name)
 		g.Expect(documented).To(HaveKey(name), "%s is not listed in %s", name, componentVariablesDoc)
 		if defaultValue != nil {
@@ -88,7 +95,7 @@ func TestComponentsVariableDefaultsAreTheManagers(t *testing.T) {
 	}
 	// The flags the Deployment sets to other values than the manager's defaults, on purpose.
 	deliberate := map[string]string{
-		"leader-elect": "true", "metrics-bind-address": ":8080", "health-probe-bind-address": ":9440",
+		"leader-elect": "true", "health-probe-bind-address": ":9440",
 		"webhook-port": "9443", "v": "2",
 	}
 	defaults := mainFlagDefaults(t)

@@ -1,0 +1,81 @@
+package manifests
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// TestComponentsManagerAsClusterAPIs checks that the components deploy the manager as Cluster
+// API deploys its own: metrics behind the secure diagnostics endpoint, with the RBAC that endpoint
+// needs and a role to read them.
+func TestComponentsManagerAsClusterAPIs(t *testing.T) {
+	objs := components(t)
+	g := NewWithT(t)
+	deployments := byKind(objs, "Deployment")
+	g.Expect(deployments).To(HaveLen(1))
+	var deployment appsv1.Deployment
+	fromUnstructured(g, deployments[0], &deployment)
+	var manager corev1.Container
+	for _, c := range deployment.Spec.Template.Spec.Containers {
+		if c.Name == managerContainer {
+			manager = c
+		}
+	}
+	roles := map[string]rbacv1.ClusterRole{}
+	for _, obj := range byKind(objs, "ClusterRole") {
+		var role rbacv1.ClusterRole
+		fromUnstructured(g, obj, &role)
+		roles[role.Name] = role
+	}
+	ports := map[string]int32{}
+	for _, p := range manager.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+
+	tests := []struct {
+		name   string
+		actual any
+		want   OmegaMatcher
+	}{
+		{
+			name:   "diagnostics on :8443, secure",
+			actual: manager.Args,
+			want:   ContainElements("--diagnostics-address=:8443", "--insecure-diagnostics=false"),
+		},
+		{
+			name:   "no plain metrics flag",
+			actual: manager.Args,
+			want:   Not(ContainElement(HavePrefix("--metrics-bind-address"))),
+		},
+		{
+			name:   "the metrics port is the diagnostics endpoint's",
+			actual: ports,
+			want:   HaveKeyWithValue("metrics", int32(8443)),
+		},
+		{
+			name:   "the manager may ask the API server who a client is",
+			actual: roles["capdmp-manager-role"].Rules,
+			want:   ContainElement(rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}}),
+		},
+		{
+			name:   "the manager may ask the API server what a client may do",
+			actual: roles["capdmp-manager-role"].Rules,
+			want:   ContainElement(rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}}),
+		},
+		{
+			name:   "a ClusterRole reads the metrics",
+			actual: roles["capdmp-metrics-reader"].Rules,
+			want:   Equal([]rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(tt.actual).To(tt.want)
+		})
+	}
+}
