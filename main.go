@@ -262,7 +262,13 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// Ready once the webhook server serves, as Cluster API's managers: a Pod that is ready
+	// before would get admission requests it refuses to answer.
+	readyName, ready := "ping", healthz.Checker(healthz.Ping)
+	if o.enableWebhooks {
+		readyName, ready = "webhook", mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck(readyName, ready); err != nil {
 		return nil, err
 	}
 	return mgr, nil

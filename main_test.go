@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +17,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/flags"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
@@ -97,4 +103,67 @@ func TestVersionFlag(t *testing.T) {
 		})
 	}
 	g.Expect(strings.Count(printed, "\n")).To(BeZero(), "one line, and nothing else: the manager does not start")
+}
+
+// TestReadinessWaitsForTheWebhookServer: the manager's readiness probe checks its webhook server
+// when it serves webhooks (a Pod must not be ready before it can answer admission requests), and
+// only that the process answers when it does not.
+func TestReadinessWaitsForTheWebhookServer(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env, err := testenv.StartManagement(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+
+	tests := []struct {
+		name           string
+		enableWebhooks bool
+		wantCheck      string
+	}{
+		{name: "webhooks", enableWebhooks: true, wantCheck: "[+]webhook ok"},
+		{name: "no webhooks", enableWebhooks: false, wantCheck: "[+]ping ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			// A serving certificate and a free port for the webhook server.
+			webhook := &envtest.WebhookInstallOptions{}
+			g.Expect(webhook.PrepWithoutInstalling()).To(Succeed())
+			t.Cleanup(func() { _ = os.RemoveAll(webhook.LocalServingCertDir) })
+			healthAddr := freeLoopbackAddr(g)
+			mgrCtx, stop := context.WithCancel(ctx)
+			mgr, err := newManager(mgrCtx, &options{
+				managerOptions: flags.ManagerOptions{DiagnosticsAddress: "0"}, healthProbeBindAddr: healthAddr,
+				enableWebhooks: tt.enableWebhooks, webhookPort: webhook.LocalServingPort, webhookCertDir: webhook.LocalServingCertDir,
+				syncPeriod: 10 * time.Minute, containerSyncPeriod: time.Minute, dockerNetwork: "kind",
+				poolConcurrency: 1, machineConcurrency: 1, createConcurrency: 1, skipNameValidation: true,
+			}, env.Config, fakeruntime.New())
+			g.Expect(err).NotTo(HaveOccurred())
+			done := make(chan error, 1)
+			go func() { done <- mgr.Start(mgrCtx) }()
+			t.Cleanup(func() {
+				stop()
+				<-done
+			})
+
+			g.Eventually(func(g Gomega) {
+				resp, err := http.Get("http://" + healthAddr + "/readyz?verbose") //nolint:noctx // a test's probe
+				g.Expect(err).NotTo(HaveOccurred())
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s", body)
+				g.Expect(string(body)).To(ContainSubstring(tt.wantCheck))
+			}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		})
+	}
+}
+
+// freeLoopbackAddr is a loopback address with a port nothing listens on.
+func freeLoopbackAddr(g Gomega) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -1,17 +1,21 @@
 package manifests
 
 import (
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // TestComponentsManagerAsClusterAPIs checks that the components deploy the manager as Cluster
 // API deploys its own: metrics behind the secure diagnostics endpoint, with the RBAC that endpoint
-// needs and a role to read them.
+// needs and a role to read them; ready when /readyz says so (the webhook server serves); resource
+// requests for the scheduler.
 func TestComponentsManagerAsClusterAPIs(t *testing.T) {
 	objs := components(t)
 	g := NewWithT(t)
@@ -65,6 +69,23 @@ func TestComponentsManagerAsClusterAPIs(t *testing.T) {
 			name:   "the manager may ask the API server what a client may do",
 			actual: roles["capdmp-manager-role"].Rules,
 			want:   ContainElement(rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}}),
+		},
+		{
+			name:   "ready when /readyz answers",
+			actual: manager.ReadinessProbe,
+			want:   Equal(&corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("healthz")}}}),
+		},
+		{
+			name:   "the healthz port is the manager's health probe address",
+			actual: manager.Args,
+			want:   ContainElement(fmt.Sprintf("--health-probe-bind-address=:%d", ports["healthz"])),
+		},
+		{
+			name:   "CPU and memory requests, no limits",
+			actual: manager.Resources,
+			want: Equal(corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+			}}),
 		},
 		{
 			name:   "a ClusterRole reads the metrics",
