@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -14,13 +15,18 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/spf13/pflag"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/flags"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 	"github.com/capdmp/capdmp/internal/test/testenv"
@@ -166,4 +172,95 @@ func freeLoopbackAddr(g Gomega) string {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestDiagnosticsEndpoint: by default the manager serves its metrics over HTTPS to clients the
+// API server authenticates and authorizes, as Cluster API's managers do: a ServiceAccount bound to
+// the shipped ClusterRole config/rbac/metrics_reader_role.yaml reads /metrics, and nothing else
+// there; a request without a token or from another ServiceAccount is refused.
+func TestDiagnosticsEndpoint(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env, err := testenv.StartManagement(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+
+	reader := &rbacv1.ClusterRole{}
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "metrics_reader_role.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(yaml.UnmarshalStrict(raw, reader)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, reader)).To(Succeed())
+	tokens := map[string]string{}
+	clientset, err := kubernetes.NewForConfig(env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, name := range []string{"scraper", "stranger"} {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name}}
+		g.Expect(env.Client.Create(ctx, sa)).To(Succeed())
+		token, err := clientset.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		tokens[name] = token.Status.Token
+	}
+	g.Expect(env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "scraper-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: metav1.NamespaceDefault, Name: "scraper"}},
+	})).To(Succeed())
+
+	// The manager's defaults, but the address: a free loopback port.
+	o := &options{}
+	o.addFlags(pflag.NewFlagSet("manager", pflag.ContinueOnError))
+	addr := freeLoopbackAddr(g)
+	o.managerOptions.DiagnosticsAddress = addr
+	o.healthProbeBindAddr, o.enableWebhooks, o.skipNameValidation = "0", false, true
+	mgrCtx, stop := context.WithCancel(ctx)
+	mgr, err := newManager(mgrCtx, o, env.Config, fakeruntime.New())
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+
+	// The endpoint's certificate is self-signed, as in Cluster API's (its book: curl -k).
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed test endpoint
+	get := func(g Gomega, path, token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, http.NoBody)
+		g.Expect(err).NotTo(HaveOccurred())
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := insecure.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		return resp.StatusCode, string(body)
+	}
+	g.Eventually(func(g Gomega) {
+		code, body := get(g, "/metrics", tokens["scraper"])
+		g.Expect(code).To(Equal(http.StatusOK), "%s", body)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+
+	tests := []struct {
+		name     string
+		path     string
+		token    string
+		wantCode int
+		wantBody string
+	}{
+		{name: "bound ServiceAccount reads the metrics", path: "/metrics", token: tokens["scraper"], wantCode: http.StatusOK, wantBody: "controller_runtime_"},
+		{name: "no token", path: "/metrics", wantCode: http.StatusUnauthorized},
+		{name: "ServiceAccount without the role", path: "/metrics", token: tokens["stranger"], wantCode: http.StatusForbidden},
+		{name: "the reader role does not reach pprof", path: "/debug/pprof/", token: tokens["scraper"], wantCode: http.StatusForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			code, body := get(g, tt.path, tt.token)
+			g.Expect(code).To(Equal(tt.wantCode), "%s", body)
+			g.Expect(body).To(ContainSubstring(tt.wantBody))
+		})
+	}
 }
