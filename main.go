@@ -119,8 +119,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctrl.SetLogger(klog.Background())
-	v := version.Get()
-	klog.Background().Info(fmt.Sprintf("Version: %s (git commit: %s, build date: %s)", v, v.GitCommit, v.BuildDate))
+	klog.Background().Info("Version: " + version.Get().Long())
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		klog.Background().Error(err, "Manager failed")
 		os.Exit(1)
