@@ -154,7 +154,9 @@ func TestReadinessWaitsForTheWebhookServer(t *testing.T) {
 			})
 
 			g.Eventually(func(g Gomega) {
-				resp, err := http.Get("http://" + healthAddr + "/readyz?verbose") //nolint:noctx // a test's probe
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthAddr+"/readyz?verbose", http.NoBody)
+				g.Expect(err).NotTo(HaveOccurred())
+				resp, err := http.DefaultClient.Do(req)
 				g.Expect(err).NotTo(HaveOccurred())
 				defer resp.Body.Close()
 				body, err := io.ReadAll(resp.Body)
