@@ -155,6 +155,15 @@ test-kind: ## Test the kind management cluster (build tag kind): providers Avail
 	  CLUSTERCTL=$(BIN)/clusterctl CLUSTERCTL_CONFIG=$(CLUSTERCTL_REPOSITORY)/clusterctl.yaml \
 	  go test -tags kind -count=1 -v -timeout 30m ./test/kind/
 
+# Tilt (docs/clusterctl.md, "Tilt"): tilt built from its Go module into CAPDMP_CACHE/tools, and
+# `tilt ci` of the standalone Tiltfile against the kind management cluster (KIND_MANAGEMENT_NAME).
+.PHONY: tilt tilt-ci
+tilt: ## Build tilt (TILT_VERSION, v0.34.0) from its Go module into ~/.cache/capdmp/tools when missing
+	CAPDMP_CACHE="$(CAPDMP_CACHE)" hack/tilt.sh build
+
+tilt-ci: ## tilt ci of the standalone Tiltfile on the kind management cluster (make kind-management first; TILT_CI_FLAGS, CAPDMP_BASE_IMAGE)
+	$(KIND_MANAGEMENT_ENV) hack/tilt.sh ci
+
 # The deployed tier: test/e2e on Cluster API's e2e framework, on a kind management cluster of its
 # own made by hack/kind-management.sh and deleted after (E2E_KEEP_CLUSTER=true keeps it).
 # E2E_FOCUS selects specs by name (ginkgo's focus), e.g. E2E_FOCUS=quick-start.
