@@ -20,6 +20,7 @@
 #   KIND_MANAGEMENT_NAME  the kind management cluster [capdmp-management]
 #   TILT_CI_FLAGS         extra flags of tilt ci [--timeout 10m]
 #   CAPDMP_BASE_IMAGE     base of the manager's image [scratch] (the Tiltfile reads it)
+#   DOCKER_BUILDKIT       Tilt's image builder: 0 the legacy builder, 1 BuildKit [0]
 #   NICE                  prefix of the tilt build and of tilt itself [nice -n 19]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +65,9 @@ run() {
 	kubectl="$("${ROOT}/hack/kind-management.sh" kubectl 2>/dev/null || true)"
 	eval "$("${ROOT}/hack/docker-engine.sh" env)"
 	export DOCKER_HOST KUBECONFIG="${kubeconfig}"
+	# The engine's legacy builder, as make images uses (hack/images/build.sh): the one checked here.
+	# DOCKER_BUILDKIT=1 lets Tilt use the engine's BuildKit instead.
+	export DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}"
 	PATH="${ROOT}/bin${kubectl:+:$(dirname "${kubectl}")}:${PATH}"
 	export PATH
 	cd "${ROOT}"
