@@ -110,42 +110,72 @@ repository() {
 	fi
 }
 
-# Host settings: the values before the first create are kept in DIR/host-sysctls until delete puts
-# them back. Where another run (the real tier) has recorded the host's values in the shared state
-# file of internal/hostsysctl, its values are the host's, not what its kubelets wrote since.
+# Host settings are shared by every kind cluster on the host: the values before the first cluster
+# are kept in SYSCTL_STATE/values, the clusters that need them raised in SYSCTL_STATE/holders, and
+# the last cluster deleted puts the values back. Where another run (the real tier) has recorded the
+# host's values in the shared state file of internal/hostsysctl, its values are the host's, not
+# what its kubelets wrote since.
+SYSCTL_STATE="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/kind-host-sysctls"
+
+# sysctls_holders keeps in SYSCTL_STATE/holders the clusters kind still has, and prints them.
+sysctls_holders() {
+	local live
+	touch "${SYSCTL_STATE}/holders"
+	live="$("${KIND}" get clusters 2> /dev/null || true)"
+	grep -Fxf <(printf '%s\n' "${live}") "${SYSCTL_STATE}/holders" > "${SYSCTL_STATE}/holders.tmp" || true
+	mv "${SYSCTL_STATE}/holders.tmp" "${SYSCTL_STATE}/holders"
+	cat "${SYSCTL_STATE}/holders"
+}
+
 sysctls_record() {
-	local state="${DIR}/host-sysctls" shared="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/host-sysctls.json" name v
-	[ -f "${state}" ] && return 0
-	: > "${state}.tmp"
-	for name in "${KUBELET_SYSCTLS[@]}" "${!RAISE_SYSCTLS[@]}"; do
-		v="$(cat "/proc/sys/${name}")"
-		if [ -f "${shared}" ] && command -v jq > /dev/null; then
-			v="$(jq -r --arg n "${name}" --arg v "${v}" '.values[$n] // $v' "${shared}")"
-		fi
-		printf '%s=%s\n' "${name}" "${v}" >> "${state}.tmp"
-	done
-	mv "${state}.tmp" "${state}"
+	local shared="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/host-sysctls.json" name v
+	mkdir -p "${SYSCTL_STATE}"
+	exec 8> "${SYSCTL_STATE}/lock"
+	flock 8
+	if [ -z "$(sysctls_holders)" ]; then
+		: > "${SYSCTL_STATE}/values.tmp"
+		for name in "${KUBELET_SYSCTLS[@]}" "${!RAISE_SYSCTLS[@]}"; do
+			v="$(cat "/proc/sys/${name}")"
+			if [ -f "${shared}" ] && command -v jq > /dev/null; then
+				v="$(jq -r --arg n "${name}" --arg v "${v}" '.values[$n] // $v' "${shared}")"
+			fi
+			printf '%s=%s\n' "${name}" "${v}" >> "${SYSCTL_STATE}/values.tmp"
+		done
+		mv "${SYSCTL_STATE}/values.tmp" "${SYSCTL_STATE}/values"
+	fi
+	grep -Fxq "${NAME}" "${SYSCTL_STATE}/holders" || echo "${NAME}" >> "${SYSCTL_STATE}/holders"
 	for name in "${!RAISE_SYSCTLS[@]}"; do
 		v="$(cat "/proc/sys/${name}")"
 		if [ "${v}" -lt "${RAISE_SYSCTLS[${name}]}" ]; then
 			if echo "${RAISE_SYSCTLS[${name}]}" > "/proc/sys/${name}" 2> /dev/null; then
-				log "raised sysctl ${name//\//.} from ${v} to ${RAISE_SYSCTLS[${name}]} (put back by delete)"
+				log "raised sysctl ${name//\//.} from ${v} to ${RAISE_SYSCTLS[${name}]} (put back when the last kind cluster is deleted)"
 			else
 				log "could not raise sysctl ${name//\//.} (${v}); nodes may start slowly"
 			fi
 		fi
 	done
+	flock -u 8
 }
 
+# sysctls_restore runs once NAME is deleted: the host's values come back when no other kind
+# cluster needs them.
 sysctls_restore() {
-	local state="${DIR}/host-sysctls" shared="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/host-sysctls.json" name v pid
-	[ -f "${state}" ] || return 0
+	local shared="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/host-sysctls.json" name v pid others
+	[ -f "${SYSCTL_STATE}/values" ] || return 0
+	exec 8> "${SYSCTL_STATE}/lock"
+	flock 8
+	others="$(sysctls_holders | grep -Fxv "${NAME}" || true)"
+	printf '%s\n' "${others}" | grep -v '^$' > "${SYSCTL_STATE}/holders" || true
+	if [ -n "${others}" ]; then
+		log "host sysctls: kept raised for the kind clusters $(echo ${others})"
+		return 0
+	fi
 	# A run that still holds the shared state file puts the host's values back when it ends; its
 	# nodes still need the raised limits.
 	pid="$(jq -r '.pid // 0' "${shared}" 2> /dev/null || echo 0)"
 	if [ "${pid}" -gt 0 ] && kill -0 "${pid}" 2> /dev/null; then
 		log "host sysctls: left to process ${pid}, which recorded them in ${shared} and still runs"
-		rm -f "${state}"
+		rm -f "${SYSCTL_STATE}/values"
 		return 0
 	fi
 	while IFS='=' read -r name v; do
@@ -155,8 +185,9 @@ sysctls_restore() {
 		else
 			log "could not restore sysctl ${name//\//.}=${v}"
 		fi
-	done < "${state}"
-	rm -f "${state}"
+	done < "${SYSCTL_STATE}/values"
+	rm -f "${SYSCTL_STATE}/values"
+	flock -u 8
 }
 
 kind_config() {

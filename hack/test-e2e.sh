@@ -60,6 +60,6 @@ status=0
 	tee "${ARTIFACTS}/suite.log" || status=$?
 echo
 # Each spec's name and time, the monitors' figures, and ginkgo's verdict.
-grep -E '^(• |  (STEP: )?(monitor|gate re-open|VIOLATION)|Ran [0-9]+ of|(SUCCESS|FAIL)!|--- (PASS|FAIL))' "${ARTIFACTS}/suite.log" || true
+grep -E '^(When |Scenario |• |  (STEP: )?(monitor|gate re-open|VIOLATION)|Ran [0-9]+ of|(SUCCESS|FAIL)!|--- (PASS|FAIL))' "${ARTIFACTS}/suite.log" || true
 log "suite: $((SECONDS - suite)) s; in all $((SECONDS - start)) s; exit ${status}"
 exit "${status}"
