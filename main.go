@@ -263,7 +263,7 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 	}
 	// Ready once the webhook server serves, as Cluster API's managers: a Pod that is ready
 	// before would get admission requests it refuses to answer.
-	readyName, ready := "ping", healthz.Checker(healthz.Ping)
+	readyName, ready := "ping", healthz.Ping
 	if o.enableWebhooks {
 		readyName, ready = "webhook", mgr.GetWebhookServer().StartedChecker()
 	}

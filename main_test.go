@@ -150,7 +150,9 @@ func TestReadinessWaitsForTheWebhookServer(t *testing.T) {
 			go func() { done <- mgr.Start(mgrCtx) }()
 			t.Cleanup(func() {
 				stop()
-				<-done
+				if err := <-done; err != nil {
+					t.Errorf("manager: %v", err)
+				}
 			})
 
 			g.Eventually(func(g Gomega) {
@@ -170,7 +172,7 @@ func TestReadinessWaitsForTheWebhookServer(t *testing.T) {
 
 // freeLoopbackAddr is a loopback address with a port nothing listens on.
 func freeLoopbackAddr(g Gomega) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	defer l.Close()
 	return l.Addr().String()
@@ -222,7 +224,9 @@ func TestDiagnosticsEndpoint(t *testing.T) {
 	go func() { done <- mgr.Start(mgrCtx) }()
 	t.Cleanup(func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
 	})
 
 	// The endpoint's certificate is self-signed, as in Cluster API's (its book: curl -k).
