@@ -47,9 +47,15 @@ build() (
 	cp -r "${dir}" "${work}/tilt"
 	chmod -R u+w "${work}/tilt"
 	rm -rf "${work}/tilt/vendor"
+	# Tilt's web UI is a JavaScript build (web/, yarn) that its releases embed from
+	# pkg/assets/build; the module zip has none, and a release build refuses to start without an
+	# index.html there. This one says so: tilt ci, tilt logs and the other commands need no UI.
+	printf '%s\n' '<!doctype html><title>Tilt</title><p>Tilt was built here from its Go module without its web UI (hack/tilt.sh): use the tilt CLI (tilt get uiresources, tilt logs).</p>' \
+		> "${work}/tilt/pkg/assets/build/index.html"
 	mkdir -p "$(dirname "${TILT}")"
+	# -trimpath: the copy's folder changes every build; without it no compiled package is reused.
 	# shellcheck disable=SC2086 # NICE is a word list
-	(cd "${work}/tilt" && GOFLAGS=-mod=mod ${NICE} go build -ldflags "-X main.version=${TILT_VERSION#v}" -o "${TILT}.tmp" ./cmd/tilt)
+	(cd "${work}/tilt" && GOFLAGS=-mod=mod ${NICE} go build -trimpath -ldflags "-X main.version=${TILT_VERSION#v}" -o "${TILT}.tmp" ./cmd/tilt)
 	mv "${TILT}.tmp" "${TILT}"
 	log "built in $((SECONDS - t0)) s: $("${TILT}" version)"
 )
