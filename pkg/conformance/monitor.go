@@ -172,14 +172,17 @@ func (c *Coverage) add(s Sample, err error) {
 }
 
 // Blind says why the samples prove nothing, "" when they do: none was judged, or no more than
-// half of those taken once the cluster showed a kube-apiserver or an instance.
+// half of those that could have shown a violation were judged. A sample that saw the
+// kube-apiservers and a pool with no instance is not among them: it saw everything, and no kubelet
+// of the pool existed to break the rule (a slow control plane keeps a pool empty for minutes).
+// Samples that saw instances but no kube-apiserver, or could not be read, are.
 func (c Coverage) Blind() string {
-	seen := c.Samples - c.Nothing
+	seen := c.Samples - c.Nothing - c.NoInstance
 	switch {
 	case c.Judged == 0:
 		return fmt.Sprintf("the monitor judged none of its %d samples: it never saw a kube-apiserver's version and an instance at once", c.Samples)
 	case c.Judged*2 <= seen:
-		return fmt.Sprintf("the monitor judged %d of the %d samples taken once the cluster showed a node: not most", c.Judged, seen)
+		return fmt.Sprintf("the monitor judged %d of the %d samples that could show a violation (an instance, or unreadable): not most", c.Judged, seen)
 	}
 	return ""
 }
