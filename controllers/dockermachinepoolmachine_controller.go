@@ -72,7 +72,8 @@ type DockerMachinePoolMachineReconciler struct {
 	// WatchFilterValue is the label value used to filter events prior to reconciliation.
 	WatchFilterValue string
 
-	recorder record.EventRecorder
+	recorder      record.EventRecorder
+	bootstrapEnds *bootstrapEnds
 }
 
 // SetupWithManager sets up the controller with the Manager.
@@ -85,6 +86,10 @@ func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Contex
 	if err != nil {
 		return pkgerrors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePoolMachines")
 	}
+	r.bootstrapEnds = newBootstrapEnds(r.Runtime)
+	if err := mgr.Add(r.bootstrapEnds); err != nil {
+		return pkgerrors.Wrap(err, "failed to add the bootstrap awaits to the manager")
+	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.DockerMachinePoolMachine{}).
 		WithOptions(options).
@@ -94,6 +99,8 @@ func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Contex
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
 		).
+		// A bootstrap that ends is looked at then, not at the next poll.
+		WatchesRawSource(r.bootstrapEnds.source()).
 		Complete(r)
 	if err != nil {
 		return pkgerrors.Wrap(err, "failed setting up the DockerMachinePoolMachine controller")
@@ -353,6 +360,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 	markBootstrapping(machine, bootstrapTimeoutOf(pool))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)
+	r.awaitBootstrap(machine, bootstrapTimeoutOf(pool))
 	return ctrl.Result{RequeueAfter: bootstrapPollAfter(0)}, nil
 }
 
@@ -364,6 +372,8 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	if status.Elapsed <= timeout {
 		markBootstrapping(machine, timeout)
 		ctrl.LoggerFrom(ctx).V(4).Info("Bootstrap running", "container", machine.Name, "elapsed", status.Elapsed)
+		// After a manager restart no await runs yet.
+		r.awaitBootstrap(machine, timeout-status.Elapsed+time.Second)
 		return ctrl.Result{RequeueAfter: bootstrapPollAfter(status.Elapsed)}, nil
 	}
 	if err := bootstrap.Stop(ctx, r.Runtime, machine.Name); err != nil {
@@ -380,6 +390,14 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	}
 	r.markBootstrapFailed(machine, metrics.BootstrapTimedOut, msg)
 	return ctrl.Result{}, nil
+}
+
+// awaitBootstrap has the machine looked at as soon as its bootstrap ends, within limit; a
+// reconciler that runs without a manager (tests) only polls.
+func (r *DockerMachinePoolMachineReconciler) awaitBootstrap(machine *infrav1.DockerMachinePoolMachine, limit time.Duration) {
+	if r.bootstrapEnds != nil {
+		r.bootstrapEnds.follow(machine, limit)
+	}
 }
 
 // markBootstrapping reports a running bootstrap. The message does not change while it runs:

@@ -270,6 +270,38 @@ echo "first" > /etc/capdmp/appended`
 		}
 	})
 
+	// await runs Await in the background; its error arrives on the channel.
+	await := func(node string, limit time.Duration) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- bootstrap.Await(ctx, d, node, limit) }()
+		return done
+	}
+
+	t.Run("Await returns when the bootstrap ends, and at once for one that ended", func(t *testing.T) {
+		g := NewWithT(t)
+		node := startSlow(t, g, "await")
+		done := await(node, time.Minute)
+		g.Consistently(done, 2*time.Second, 100*time.Millisecond).ShouldNot(Receive(), "the bootstrap still runs")
+		sh(g, node, "touch /tmp/go-on")
+		g.Eventually(done, 10*time.Second, 50*time.Millisecond).Should(Receive(BeNil()))
+		g.Expect(state(g, node)).To(Equal(bootstrap.StateSucceeded), "it returned once the runner was done")
+		g.Eventually(await(node, time.Minute), 5*time.Second).Should(Receive(BeNil()))
+	})
+
+	t.Run("Await returns when the bootstrap is stopped or its runner killed, and gives up at its limit", func(t *testing.T) {
+		g := NewWithT(t)
+		stopped, killed := startSlow(t, g, "await-stop"), startSlow(t, g, "await-kill")
+		g.Expect(bootstrap.Await(ctx, d, stopped, 600*time.Millisecond)).To(MatchError(bootstrap.ErrAwaitLimit))
+
+		doneStopped, doneKilled := await(stopped, time.Minute), await(killed, time.Minute)
+		g.Expect(bootstrap.Stop(ctx, d, stopped)).To(Succeed())
+		g.Eventually(doneStopped, 10*time.Second, 50*time.Millisecond).Should(Receive(BeNil()))
+		g.Eventually(func(g Gomega) { g.Expect(state(g, killed)).To(Equal(bootstrap.StateRunning)) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+		sh(g, killed, "kill -KILL -$(cat /var/lib/capdmp/bootstrap/pid)")
+		g.Eventually(doneKilled, 10*time.Second, 50*time.Millisecond).Should(Receive(BeNil()))
+		g.Expect(state(g, killed)).To(Equal(bootstrap.StateInterrupted))
+	})
+
 	t.Run("a runner killed without a result is Interrupted, never run again", func(t *testing.T) {
 		g := NewWithT(t)
 		node := startSlow(t, g, "kill")

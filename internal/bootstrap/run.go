@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -68,8 +69,8 @@ type Status struct {
 	Output []byte
 }
 
-// The exit codes of the status command are unusual on purpose: a shell that cannot run it must
-// not be read as an answer.
+// The exit codes of the status and await commands are unusual on purpose: a shell that cannot
+// run one must not be read as an answer.
 const (
 	statusExitSucceeded   = 0
 	statusExitNotStarted  = 80
@@ -77,6 +78,7 @@ const (
 	statusExitBooting     = 82
 	statusExitRunning     = 83
 	statusExitFailed      = 84
+	awaitExitLimit        = 85
 )
 
 // stoppedMark is the exit code line Stop writes in place of a step's exit code.
@@ -190,6 +192,42 @@ else /bin/sh "$d/run.sh" </dev/null >/dev/null 2>&1 &
 fi
 echo $! > "$d/pid"`, runDir)
 	return execOK(ctx, e, node, "stage and start the bootstrap", []string{"/bin/sh", "-c", script}, archive)
+}
+
+// ErrAwaitLimit says Await gave up: the bootstrap still ran when its limit passed.
+var ErrAwaitLimit = errors.New("the bootstrap still runs")
+
+// awaitTick is how often Await's command looks in the node: one fork of sleep, the rest builtins.
+const awaitTick = 200 * time.Millisecond
+
+// Await returns once the bootstrap started by Start has ended in the node (finished, failed,
+// stopped, or its runner gone), so that a controller can look at it then instead of at its next
+// poll; ErrAwaitLimit once limit passes first. It is one exec that lasts as long as it waits.
+func Await(ctx context.Context, e Execer, node string, limit time.Duration) error {
+	ticks := max(int(limit/awaitTick), 1)
+	// The runner writes finished-at or failed as it ends; a runner killed without either is gone
+	// from /proc, or a zombie where PID 1 does not reap. Only builtins read its state.
+	script := fmt.Sprintf(`d=%s; n=0
+while [ ! -f "$d/finished-at" ] && [ ! -f "$d/failed" ]; do
+  p=; { read -r p < "$d/pid"; } 2>/dev/null
+  if [ -n "$p" ]; then
+    st=; { read -r _ _ st _ < "/proc/$p/stat"; } 2>/dev/null
+    case "$st" in ""|Z|X) exit 0 ;; esac
+  fi
+  n=$((n + 1)); [ "$n" -le %d ] || exit %d
+  sleep %s 2>/dev/null || sleep 1
+done`, runDir, ticks, awaitExitLimit, strconv.FormatFloat(awaitTick.Seconds(), 'f', -1, 64))
+	res, err := e.Exec(ctx, node, []string{"/bin/sh", "-c", script}, nil)
+	if err != nil {
+		return fmt.Errorf("failed to await the bootstrap of %s: %w", node, err)
+	}
+	switch res.ExitCode {
+	case 0:
+		return nil
+	case awaitExitLimit:
+		return fmt.Errorf("awaiting the bootstrap of %s for %s: %w", node, limit, ErrAwaitLimit)
+	}
+	return fmt.Errorf("failed to await the bootstrap of %s: exit code %d: %s", node, res.ExitCode, Redact(string(bytes.TrimSpace(res.Stderr))))
 }
 
 // stagingArchive is the tar archive Start unpacks in runDir: each step's stdin as <i>.stdin (it
