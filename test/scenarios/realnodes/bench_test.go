@@ -94,9 +94,12 @@ func TestBenchReal(t *testing.T) {
 		}
 		capdmp, engine, capd := byName["capdmp"], byName["engine"], byName["capd"]
 		line := fmt.Sprintf("bench-real: Nodes registered capdmp/engine %.2f", capdmp.JoinedSeconds/engine.JoinedSeconds)
-		if capd.Unfinished == "" {
+		switch {
+		case capd.System == "":
+			line += "; capd not run"
+		case capd.Unfinished == "":
 			line += fmt.Sprintf(", capdmp/capd %.2f; MachinePool ready capdmp/capd %.2f", capdmp.JoinedSeconds/capd.JoinedSeconds, capdmp.ReadySeconds/capd.ReadySeconds)
-		} else {
+		default:
 			line += "; capd did not finish"
 		}
 		fmt.Println(line)
@@ -135,6 +138,8 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 			data := waitForPoolData(s, c)
 			// As many bootstraps at once as the manager runs (--dockermachinepoolmachine-concurrency).
 			baseline := world.EngineBaseline(min(n, managerBootstrapConcurrency), map[string]string{"test.capdmp.dev/bench": "engine"})
+			// A failed baseline leaves none of its nodes behind (before the cluster goes).
+			s.t.Cleanup(func() { _ = baseline.Remove(context.Background(), workload) })
 			image, err := nodeimage.ImageForVersion(version, "")
 			s.g.Expect(err).NotTo(HaveOccurred())
 			m, err := baseline.MakeNodes(s.ctx, data, image, framework.NodeNames(n), nil)
