@@ -261,8 +261,13 @@ func (c *cluster) configureLoadBalancer(backendIP string) {
 	}, 30*time.Second, time.Second).Should(MatchRegexp(`(?i)reexecuting|loading success`), "haproxy reloaded")
 }
 
+// writeFile writes content to path in node, passed as an argument rather than on stdin: CAPD's
+// ExecContainer returns once its input is sent if the engine does not report the command
+// running yet, so a command reading stdin may still run, or not have started, when the next
+// exec begins (seen under load: kubeadm join found no configuration). Without stdin it returns
+// when the command's output ends.
 func (c *cluster) writeFile(node, path, content string) {
-	c.exec(node, content, "/bin/sh", "-c", fmt.Sprintf("mkdir -p %s && cat > %s /dev/stdin", filepath.Dir(path), path))
+	c.exec(node, "", "/bin/sh", "-c", `mkdir -p "$(dirname "$1")" && printf '%s' "$2" > "$1"`, "sh", path, content)
 }
 
 func (c *cluster) exec(node, stdin, cmd string, args ...string) string {
