@@ -251,10 +251,10 @@ func (c *cluster) configureLoadBalancer(backendIP string) {
 	const path = "/usr/local/etc/haproxy/haproxy.cfg"
 	c.exec(c.lb, "", "mkdir", "-p", filepath.Dir(path))
 	c.exec(c.lb, cfg, "cp", "/dev/stdin", path)
-	readBack, err := c.execOut(c.lb, "", "cp", path, "/dev/stdout")
 	g := NewWithT(c.t)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(readBack).To(Equal(cfg))
+	// CAPD's exec may return before a command reading stdin has run (writeFile): the copy lands a
+	// moment later.
+	g.Eventually(func() (string, error) { return c.execOut(c.lb, "", "cp", path, "/dev/stdout") }, 10*time.Second, 200*time.Millisecond).Should(Equal(cfg))
 	g.Expect(c.rt.KillContainer(c.ctx, c.lb, "SIGHUP")).To(Succeed())
 	g.Eventually(func() (string, error) {
 		return c.rt.GetContainerLogs(c.ctx, c.lb)
