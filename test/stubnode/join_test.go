@@ -50,8 +50,9 @@ func TestJoin(t *testing.T) {
 	t.Cleanup(func() { _ = workload.Stop() })
 	t.Logf("TIMING workload API server started in %s", workload.StartDuration.Round(time.Millisecond))
 
-	caHash, err := workload.CACertHash()
+	caHashes, err := kubeadm.CACertHashes(workload.CAData)
 	g.Expect(err).ToNot(HaveOccurred())
+	caHash := caHashes[0]
 	endpoint := fmt.Sprintf("%s:%d", workload.Endpoint.Host, workload.Endpoint.Port)
 
 	validToken, err := workload.CreateBootstrapToken(ctx, time.Now().Add(time.Hour))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/blang/semver/v4"
+	"github.com/spf13/pflag"
 )
 
 // VersionFile is where the node image records its Kubernetes version, as kindest/node does.
@@ -80,22 +81,10 @@ func readVersion(env Env) (semver.Version, error) {
 }
 
 func version(args []string, env Env) error {
-	output := ""
-	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "-o" || a == "--output":
-			if i+1 >= len(args) {
-				return exitErr(ExitUsage, "flag needs an argument: %s", a)
-			}
-			i++
-			output = args[i]
-		case strings.HasPrefix(a, "-o="), strings.HasPrefix(a, "--output="):
-			_, output, _ = strings.Cut(a, "=")
-		case strings.HasPrefix(a, "-o") && len(a) > 2:
-			output = a[2:]
-		default:
-			return exitErr(ExitUsage, "kubeadm version: unknown flag %s", a)
-		}
+	flags := newFlagSet("kubeadm version")
+	output := flags.StringP("output", "o", "", "")
+	if err := parseFlags(flags, args); err != nil {
+		return err
 	}
 	v, err := readVersion(env)
 	if err != nil {
@@ -106,7 +95,7 @@ func version(args []string, env Env) error {
 		"major": fmt.Sprint(v.Major), "minor": fmt.Sprint(v.Minor), "gitVersion": gitVersion,
 		"gitCommit": "capdmp-stub", "gitTreeState": "clean", "compiler": "gc", "platform": "linux/amd64",
 	}
-	switch output {
+	switch *output {
 	case "short":
 		_, _ = fmt.Fprintln(env.Stdout, gitVersion)
 	case "json":
@@ -119,70 +108,24 @@ func version(args []string, env Env) error {
 		_, _ = fmt.Fprintf(env.Stdout, "kubeadm version: &version.Info{Major:%q, Minor:%q, GitVersion:%q, GitCommit:\"capdmp-stub\", GitTreeState:\"clean\", Compiler:\"gc\"}\n",
 			info["major"], info["minor"], gitVersion)
 	default:
-		return exitErr(ExitUsage, "kubeadm version: unsupported output format %q (short, json)", output)
+		return exitErr(ExitUsage, "kubeadm version: unsupported output format %q (short, json)", *output)
 	}
 	return nil
 }
 
 func join(ctx context.Context, args []string, env Env) error {
-	var configPath string
-	var ignore []string
-	// flagValue reads "--flag value" or "--flag=value".
-	flagValue := func(i *int, a, name string) (string, bool, error) {
-		if a == name {
-			if *i+1 >= len(args) {
-				return "", true, exitErr(ExitUsage, "flag needs an argument: %s", name)
-			}
-			*i++
-			return args[*i], true, nil
-		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v, true, nil
-		}
-		return "", false, nil
+	flags := newFlagSet("kubeadm join")
+	configPath := flags.String("config", "", "")
+	ignore := flags.StringSlice("ignore-preflight-errors", nil, "")
+	flags.StringP("v", "v", "", "")
+	skipPhases := flags.StringSlice("skip-phases", nil, "")
+	if err := parseFlags(flags, args); err != nil {
+		return err
 	}
-	for i := 0; i < len(args); i++ { //nolint:intrange // flagValue advances i past a flag's value
-		a := args[i]
-		if v, ok, err := flagValue(&i, a, "--config"); ok {
-			if err != nil {
-				return err
-			}
-			configPath = v
-			continue
-		}
-		if v, ok, err := flagValue(&i, a, "--ignore-preflight-errors"); ok {
-			if err != nil {
-				return err
-			}
-			ignore = append(ignore, strings.Split(v, ",")...)
-			continue
-		}
-		if _, ok, err := flagValue(&i, a, "-v"); ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		if _, ok, err := flagValue(&i, a, "--v"); ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		if _, ok, err := flagValue(&i, a, "--skip-phases"); ok {
-			if err != nil {
-				return err
-			}
-			_, _ = fmt.Fprintf(env.Stderr, "[stub] ignoring --skip-phases\n")
-			continue
-		}
-		if !strings.HasPrefix(a, "-") {
-			// The API server endpoint argument; with --config the real kubeadm refuses it too.
-			return exitErr(ExitUsage, "kubeadm join: this stub reads everything from --config; unexpected argument %q", a)
-		}
-		return exitErr(ExitUsage, "kubeadm join: flag %s is not implemented by this stub", a)
+	if len(*skipPhases) > 0 {
+		_, _ = fmt.Fprintf(env.Stderr, "[stub] ignoring --skip-phases\n")
 	}
-	if configPath == "" {
+	if *configPath == "" {
 		return exitErr(ExitUsage, "kubeadm join: this stub implements only `kubeadm join --config <file>`")
 	}
 	v, err := readVersion(env)
@@ -190,10 +133,10 @@ func join(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	hostname, _ := env.Hostname()
-	_, _ = fmt.Fprintf(env.Stdout, "[stub] kubeadm v%s (CAPDMP test node image): join --config %s\n", v, configPath)
+	_, _ = fmt.Fprintf(env.Stdout, "[stub] kubeadm v%s (CAPDMP test node image): join --config %s\n", v, *configPath)
 	return Join(ctx, JoinOptions{
-		ConfigPath:              configPath,
-		IgnorePreflightErrors:   ignore,
+		ConfigPath:              *configPath,
+		IgnorePreflightErrors:   *ignore,
 		KubeadmVersion:          v,
 		Hostname:                hostname,
 		KubernetesDir:           env.KubernetesDir,
@@ -203,4 +146,23 @@ func join(ctx context.Context, args []string, env Env) error {
 		UnauthorizedGrace:          2 * time.Second,
 		Out:                        env.Stdout,
 	})
+}
+
+func newFlagSet(command string) *pflag.FlagSet {
+	flags := pflag.NewFlagSet(command, pflag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	return flags
+}
+
+// parseFlags parses args; a flag the stub does not implement, or an argument, is a usage error.
+// The API server endpoint argument is refused: the stub reads everything from --config, and with
+// --config the real kubeadm refuses it too.
+func parseFlags(flags *pflag.FlagSet, args []string) error {
+	if err := flags.Parse(args); err != nil {
+		return exitErr(ExitUsage, "%s: %v (not implemented by this stub)", flags.Name(), err)
+	}
+	if flags.NArg() > 0 {
+		return exitErr(ExitUsage, "%s: this stub reads everything from --config; unexpected argument %q", flags.Name(), flags.Arg(0))
+	}
+	return nil
 }

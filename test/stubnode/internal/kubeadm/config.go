@@ -4,22 +4,24 @@
 package kubeadm
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/blang/semver/v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cluster-bootstrap/util/tokens"
 	"sigs.k8s.io/yaml"
 )
 
 const kubeadmGroup = "kubeadm.k8s.io"
-
-// tokenFormat is kubeadm's bootstrap token format, "<id>.<secret>".
-var tokenFormat = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
 
 // JoinConfiguration is the part of a kubeadm JoinConfiguration (v1beta3 or v1beta4) the stub reads.
 type JoinConfiguration struct {
@@ -29,8 +31,8 @@ type JoinConfiguration struct {
 	NodeRegistration NodeRegistration `json:"nodeRegistration"`
 	// Timeouts is v1beta4's; v1beta3 has discovery.timeout and no TLS bootstrap timeout.
 	Timeouts *struct {
-		Discovery    *Duration `json:"discovery,omitempty"`
-		TLSBootstrap *Duration `json:"tlsBootstrap,omitempty"`
+		Discovery    *metav1.Duration `json:"discovery,omitempty"`
+		TLSBootstrap *metav1.Duration `json:"tlsBootstrap,omitempty"`
 	} `json:"timeouts,omitempty"`
 }
 
@@ -38,8 +40,8 @@ type JoinConfiguration struct {
 type Discovery struct {
 	BootstrapToken *BootstrapTokenDiscovery `json:"bootstrapToken,omitempty"`
 	// TLSBootstrapToken authenticates the node's registration; it defaults to the discovery token.
-	TLSBootstrapToken string    `json:"tlsBootstrapToken,omitempty"`
-	Timeout           *Duration `json:"timeout,omitempty"`
+	TLSBootstrapToken string           `json:"tlsBootstrapToken,omitempty"`
+	Timeout           *metav1.Duration `json:"timeout,omitempty"`
 	File              *struct {
 		KubeConfigPath string `json:"kubeConfigPath"`
 	} `json:"file,omitempty"`
@@ -57,31 +59,7 @@ type BootstrapTokenDiscovery struct {
 type NodeRegistration struct {
 	Name             string          `json:"name,omitempty"`
 	KubeletExtraArgs json.RawMessage `json:"kubeletExtraArgs,omitempty"`
-	Taints           []Taint         `json:"taints,omitempty"`
-}
-
-// Taint is a Node taint as kubeadm's nodeRegistration.taints holds it.
-type Taint struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
-
-// Duration reads a Go duration string ("5m0s"), as metav1.Duration does.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	d.Duration = v
-	return nil
+	Taints           []corev1.Taint  `json:"taints,omitempty"`
 }
 
 // ErrUnsupportedAPIVersion says that this kubeadm version cannot read the configuration's API.
@@ -91,13 +69,21 @@ var ErrUnsupportedAPIVersion = errors.New("unsupported kubeadm configuration API
 // file and checks that a kubeadm of kubeadmVersion can read its apiVersion.
 func ReadJoinConfiguration(data []byte, kubeadmVersion semver.Version) (*JoinConfiguration, error) {
 	var found *JoinConfiguration
-	for i, doc := range splitYAMLDocuments(data) {
+	documents := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for i := 1; ; i++ {
+		doc, err := documents.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading document %d: %w", i, err)
+		}
 		var meta struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
 		}
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return nil, fmt.Errorf("document %d is not valid YAML: %w", i+1, err)
+			return nil, fmt.Errorf("document %d is not valid YAML: %w", i, err)
 		}
 		if meta.Kind == "" {
 			continue
@@ -123,21 +109,6 @@ func ReadJoinConfiguration(data []byte, kubeadmVersion semver.Version) (*JoinCon
 		return nil, errors.New("no JoinConfiguration (apiVersion kubeadm.k8s.io/...) in the configuration file")
 	}
 	return found, nil
-}
-
-// splitYAMLDocuments splits a YAML stream at its "---" separator lines.
-func splitYAMLDocuments(data []byte) [][]byte {
-	var docs [][]byte
-	var cur bytes.Buffer
-	for line := range strings.Lines(string(data)) {
-		if strings.TrimRight(line, " \t\r\n") == "---" {
-			docs = append(docs, bytes.Clone(cur.Bytes()))
-			cur.Reset()
-			continue
-		}
-		cur.WriteString(line)
-	}
-	return append(docs, cur.Bytes())
 }
 
 // kubeadmAPIVersions are the kubeadm configuration APIs and the kubeadm minor versions that read
@@ -221,11 +192,11 @@ func (c *JoinConfiguration) TLSBootstrapTimeout(def time.Duration) time.Duration
 	return def
 }
 
-// ParseToken splits a bootstrap token "<id>.<secret>" and checks its format.
+// ParseToken checks a bootstrap token "<id>.<secret>" and returns its ID; its error does not
+// hold the token.
 func ParseToken(token string) (id string, err error) {
-	m := tokenFormat.FindStringSubmatch(token)
-	if m == nil {
+	if id, _, err = tokens.ParseToken(token); err != nil {
 		return "", errors.New(`the bootstrap token does not match the format "[a-z0-9]{6}.[a-z0-9]{16}"`)
 	}
-	return m[1], nil
+	return id, nil
 }

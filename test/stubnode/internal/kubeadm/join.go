@@ -1,17 +1,14 @@
 package kubeadm
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,7 +18,16 @@ import (
 	"time"
 
 	"github.com/blang/semver/v4"
-	"sigs.k8s.io/yaml"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/cert"
 )
 
 // Exit codes of the stub, documented in test/stubnode/README.md. The real kubeadm exits 1 on any
@@ -114,33 +120,35 @@ func Join(ctx context.Context, o JoinOptions) error {
 	if _, err := ParseToken(bt.Token); err != nil {
 		return exitErr(ExitFailure, "discovery.bootstrapToken.token: %w", err)
 	}
-	token := cfg.Discovery.TLSBootstrapToken
-	if token == "" {
-		token = bt.Token
-	}
+	token := cmp.Or(cfg.Discovery.TLSBootstrapToken, bt.Token)
 	tokenID, err := ParseToken(token)
 	if err != nil {
 		return exitErr(ExitFailure, "discovery.tlsBootstrapToken: %w", err)
 	}
 
-	deadline := time.Now().Add(cfg.DiscoveryTimeout(o.DefaultDiscoveryTimeout))
+	discoveryTimeout := cfg.DiscoveryTimeout(o.DefaultDiscoveryTimeout)
+	discoveryCtx, cancel := context.WithTimeoutCause(ctx, discoveryTimeout, fmt.Errorf("the discovery timeout (%s) passed", discoveryTimeout))
+	defer cancel()
 	logf("[discovery] Discovering the cluster CA at https://%s (anonymous, cluster-info ConfigMap)", bt.APIServerEndpoint)
-	ca, err := discoverCA(ctx, bt, deadline, logf)
+	ca, err := discoverCA(discoveryCtx, bt, logf)
 	if err != nil {
 		return err
 	}
-
-	c := &apiClient{endpoint: bt.APIServerEndpoint, token: token, ca: ca}
+	server := &rest.Config{
+		Host: "https://" + bt.APIServerEndpoint, BearerToken: token, UserAgent: "capdmp-stub-kubeadm", Timeout: 10 * time.Second,
+		// Without a CA (unsafeSkipCAVerification), the server is not verified.
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca, Insecure: ca == nil},
+	}
+	nodes, err := corev1client.NewForConfig(server)
+	if err != nil {
+		return exitErr(ExitFailure, "%w", err)
+	}
 	logf("[discovery] Proving bootstrap token %q against the API server (GET /api)", tokenID)
-	if err := c.proveToken(ctx, tokenID, deadline, o.UnauthorizedGrace, logf); err != nil {
+	if err := proveToken(discoveryCtx, nodes.RESTClient(), tokenID, o.UnauthorizedGrace, logf); err != nil {
 		return err
 	}
 
-	name := cfg.NodeRegistration.Name
-	if name == "" {
-		name = o.Hostname
-	}
-	name = strings.ToLower(name)
+	name := strings.ToLower(cmp.Or(cfg.NodeRegistration.Name, o.Hostname))
 	if name == "" {
 		return exitErr(ExitFailure, "no node name: nodeRegistration.name is empty and the hostname is unknown")
 	}
@@ -148,19 +156,19 @@ func Join(ctx context.Context, o JoinOptions) error {
 	if err != nil {
 		return exitErr(ExitFailure, "%w", err)
 	}
-	providerID := extra["provider-id"]
-	if providerID == "" {
-		providerID = "docker:////" + name
-	}
+	providerID := cmp.Or(extra["provider-id"], "docker:////"+name)
 	kubeletVersion := "v" + o.KubeadmVersion.String()
 	logf("[kubelet-start] Registering Node %q (providerID %q, kubelet %s) with the bootstrap token", name, providerID, kubeletVersion)
-	registrationDeadline := time.Now().Add(cfg.TLSBootstrapTimeout(o.DefaultTLSBootstrapTimeout))
-	if err := c.registerNode(ctx, nodeFor(name, providerID, kubeletVersion, extra["node-labels"], cfg.NodeRegistration.Taints), registrationDeadline, logf); err != nil {
+	registrationTimeout := cfg.TLSBootstrapTimeout(o.DefaultTLSBootstrapTimeout)
+	registrationCtx, cancel := context.WithTimeoutCause(ctx, registrationTimeout, fmt.Errorf("the TLS bootstrap timeout (%s) passed", registrationTimeout))
+	defer cancel()
+	node := nodeFor(name, providerID, kubeletVersion, extra["node-labels"], cfg.NodeRegistration.Taints)
+	if err := registerNode(registrationCtx, nodes.Nodes(), node, logf); err != nil {
 		return err
 	}
 	logf("[kubelet-start] Node %q is Ready", name)
 
-	if err := writeKubeletConf(kubeletConf, bt.APIServerEndpoint, ca, name); err != nil {
+	if err := writeKubeletConf(kubeletConf, server, name); err != nil {
 		return exitErr(ExitFailure, "writing %s: %w", kubeletConf, err)
 	}
 	logf("")
@@ -176,285 +184,180 @@ func ignored(list []string, check string) bool {
 	})
 }
 
+// unavailable says whether a request failed without an answer, or with one that says the API
+// server is overloaded or not ready yet: a client retries it.
+func unavailable(err error) bool {
+	code := statusCode(err)
+	return err != nil && (code == 0 || code == http.StatusTooManyRequests || code >= http.StatusInternalServerError)
+}
+
+// statusCode is the HTTP status of the API server's answer in err; 0 when it did not answer.
+func statusCode(err error) int32 {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Code
+	}
+	return 0
+}
+
+// untilAnswered runs call until it succeeds, fails in a way retry does not accept, or ctx ends,
+// waiting longer between attempts as the kubelet does; it returns call's last error. client-go
+// itself retries answers that carry Retry-After.
+func untilAnswered(ctx context.Context, logf func(string, ...any), what string, retry func(error) bool, call func(context.Context) error) error {
+	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 4*time.Second) {
+		err := call(ctx)
+		if err == nil || !retry(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		}
+		logf("%s failed, retrying in %s: %v", what, backoff, err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		case <-time.After(backoff):
+		}
+	}
+}
+
 // discoverCA reads the cluster CA from kube-public/cluster-info, as kubeadm's token discovery does,
 // and checks it against the caCertHashes pins. The JWS signature of cluster-info is not checked:
 // no bootstrap signer runs in the test API server.
-func discoverCA(ctx context.Context, bt *BootstrapTokenDiscovery, deadline time.Time, logf func(string, ...any)) ([]byte, error) {
-	insecure := &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // kubeadm reads cluster-info insecurely, then pins the CA
+func discoverCA(ctx context.Context, bt *BootstrapTokenDiscovery, logf func(string, ...any)) ([]byte, error) {
+	// kubeadm reads cluster-info anonymously without verifying the server, then pins its CA.
+	anonymous, err := corev1client.NewForConfig(&rest.Config{
+		Host: "https://" + bt.APIServerEndpoint, Timeout: 10 * time.Second, TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+	})
+	if err != nil {
+		return nil, exitErr(ExitFailure, "%w", err)
 	}
-	url := "https://" + bt.APIServerEndpoint + "/api/v1/namespaces/kube-public/configmaps/cluster-info"
-	var resp *http.Response
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
-		if err != nil {
-			return nil, exitErr(ExitFailure, "%w", err)
-		}
-		resp, err = insecure.Do(req)
-		if err == nil && !unavailable(resp.StatusCode) {
-			break
-		}
-		if err == nil {
-			_ = resp.Body.Close()
-			err = fmt.Errorf("cluster-info answered %s", resp.Status)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, exitErr(ExitFailure, "the API server at %s does not answer: %w", bt.APIServerEndpoint, err)
-		}
-		logf("[discovery] Failed to reach %s, retrying: %v", bt.APIServerEndpoint, err)
-		time.Sleep(time.Second)
+	var clusterInfo *corev1.ConfigMap
+	err = untilAnswered(ctx, logf, "[discovery] GET cluster-info", unavailable, func(ctx context.Context) (err error) {
+		clusterInfo, err = anonymous.ConfigMaps(metav1.NamespacePublic).Get(ctx, "cluster-info", metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case unavailable(err):
+		return nil, exitErr(ExitFailure, "the API server at %s does not answer: %w", bt.APIServerEndpoint, err)
+	case err != nil && bt.UnsafeSkipCAVerification:
+		logf("[discovery] cluster-info not readable (%v); unsafeSkipCAVerification: not verifying the API server's certificate", err)
+		return nil, nil
+	case err != nil:
+		return nil, exitErr(ExitUntrustedCA, "cannot discover the cluster CA: GET kube-public/configmaps/cluster-info: %w (kubeadm init publishes it for anonymous reads; a test harness must too)", err)
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		if bt.UnsafeSkipCAVerification {
-			logf("[discovery] cluster-info not readable (%s); unsafeSkipCAVerification: not verifying the API server's certificate", resp.Status)
-			return nil, nil
-		}
-		return nil, exitErr(ExitUntrustedCA, "cannot discover the cluster CA: GET kube-public/configmaps/cluster-info answered %s (kubeadm init publishes it for anonymous reads; a test harness must too)", resp.Status)
-	}
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	if err := json.Unmarshal(body, &cm); err != nil {
-		return nil, exitErr(ExitUntrustedCA, "reading the cluster-info ConfigMap: %w", err)
-	}
-	var kubeconfig struct {
-		Clusters []struct {
-			Cluster struct {
-				CertificateAuthorityData []byte `json:"certificate-authority-data"`
-			} `json:"cluster"`
-		} `json:"clusters"`
-	}
-	if err := yaml.Unmarshal([]byte(cm.Data["kubeconfig"]), &kubeconfig); err != nil || len(kubeconfig.Clusters) == 0 {
+	kubeconfig, err := clientcmd.Load([]byte(clusterInfo.Data["kubeconfig"]))
+	if err != nil || len(kubeconfig.Clusters) == 0 {
 		return nil, exitErr(ExitUntrustedCA, "the cluster-info ConfigMap holds no kubeconfig with a cluster (err: %v)", err)
 	}
-	ca := kubeconfig.Clusters[0].Cluster.CertificateAuthorityData
+	var ca []byte
+	for _, cluster := range kubeconfig.Clusters {
+		ca = cluster.CertificateAuthorityData
+	}
 	if bt.UnsafeSkipCAVerification && len(bt.CACertHashes) == 0 {
 		logf("[discovery] unsafeSkipCAVerification: trusting the cluster-info CA without a pin")
 		return ca, nil
 	}
-	hashes, err := caHashes(ca)
+	hashes, err := CACertHashes(ca)
 	if err != nil {
 		return nil, exitErr(ExitUntrustedCA, "the cluster-info CA: %w", err)
 	}
 	for _, h := range hashes {
-		for _, pin := range bt.CACertHashes {
-			if strings.EqualFold(pin, h) {
-				logf("[discovery] Cluster CA %s matches a pinned caCertHash", h)
-				return ca, nil
-			}
+		if slices.ContainsFunc(bt.CACertHashes, func(pin string) bool { return strings.EqualFold(pin, h) }) {
+			logf("[discovery] Cluster CA %s matches a pinned caCertHash", h)
+			return ca, nil
 		}
 	}
 	return nil, exitErr(ExitUntrustedCA, "the cluster CA found in cluster-info (%s) matches none of the caCertHashes %v", strings.Join(hashes, ", "), bt.CACertHashes)
 }
 
-// caHashes returns "sha256:<hex>" of the Subject Public Key Info of each certificate in pemData,
-// kubeadm's caCertHashes format.
-func caHashes(pemData []byte) ([]string, error) {
-	var out []string
-	for rest := pemData; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-		out = append(out, "sha256:"+hex.EncodeToString(sum[:]))
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no PEM certificate")
-	}
-	return out, nil
-}
-
-// CACertHash is kubeadm's caCertHashes entry for a PEM CA certificate (the first in pemData).
-func CACertHash(pemData []byte) (string, error) {
-	h, err := caHashes(pemData)
+// CACertHashes returns kubeadm's caCertHashes entry, "sha256:<hex>" of the Subject Public Key
+// Info, of each certificate in pemData.
+func CACertHashes(pemData []byte) ([]string, error) {
+	certs, err := cert.ParseCertsPEM(pemData)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return h[0], nil
-}
-
-// apiClient talks to the workload API server with the bootstrap token.
-type apiClient struct {
-	endpoint string
-	token    string
-	ca       []byte // nil: do not verify the server (unsafeSkipCAVerification)
-	client   *http.Client
-}
-
-func (c *apiClient) http() *http.Client {
-	if c.client != nil {
-		return c.client
+	hashes := make([]string, 0, len(certs))
+	for _, c := range certs {
+		sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+		hashes = append(hashes, "sha256:"+hex.EncodeToString(sum[:]))
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.ca == nil {
-		tlsConfig.InsecureSkipVerify = true // only with unsafeSkipCAVerification
-	} else {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(c.ca)
-		tlsConfig.RootCAs = pool
-		if host, _, err := net.SplitHostPort(c.endpoint); err == nil {
-			tlsConfig.ServerName = host
-		}
-	}
-	c.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
-	return c.client
-}
-
-// do sends a request with the bootstrap token and returns the status code and body.
-func (c *apiClient) do(ctx context.Context, method, path, contentType string, body any) (int, []byte, error) {
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		r = strings.NewReader(string(b))
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "https://"+c.endpoint+path, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "capdmp-stub-kubeadm")
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, nil
+	return hashes, nil
 }
 
 // proveToken makes an authenticated GET /api; 401 and 403 mean the token is not accepted.
-func (c *apiClient) proveToken(ctx context.Context, tokenID string, deadline time.Time, grace time.Duration, logf func(string, ...any)) error {
-	var firstRejection time.Time
-	for {
-		code, body, err := c.do(ctx, http.MethodGet, "/api", "", nil)
-		switch {
-		case err != nil:
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return exitErr(ExitFailure, "the API server at %s does not answer: %w", c.endpoint, err)
-			}
-			logf("[discovery] GET /api failed, retrying: %v", err)
-		case code == http.StatusOK:
-			logf("[discovery] The API server accepted bootstrap token %q", tokenID)
-			return nil
-		case code == http.StatusUnauthorized || code == http.StatusForbidden:
-			if firstRejection.IsZero() {
-				firstRejection = time.Now()
-			}
-			if time.Since(firstRejection) >= grace {
-				return exitErr(ExitTokenRejected, "the API server rejected bootstrap token %q: GET /api answered %d %s: the token does not exist, its secret does not match or it has expired",
-					tokenID, code, http.StatusText(code))
-			}
-		case unavailable(code) && time.Now().Before(deadline) && ctx.Err() == nil:
-			logf("[discovery] GET /api answered %d, retrying", code)
-		default:
-			return exitErr(ExitFailure, "GET /api answered %d: %s", code, truncate(body))
+func proveToken(ctx context.Context, c rest.Interface, tokenID string, grace time.Duration, logf func(string, ...any)) error {
+	firstRejection := time.Time{}
+	rejected := func(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }
+	err := untilAnswered(ctx, logf, "[discovery] GET /api", func(err error) bool {
+		if rejected(err) && firstRejection.IsZero() {
+			firstRejection = time.Now()
 		}
-		time.Sleep(250 * time.Millisecond)
+		return unavailable(err) || (rejected(err) && time.Since(firstRejection) < grace)
+	}, func(ctx context.Context) error {
+		return c.Get().AbsPath("/api").Do(ctx).Error()
+	})
+	switch {
+	case err == nil:
+		logf("[discovery] The API server accepted bootstrap token %q", tokenID)
+		return nil
+	case rejected(err):
+		return exitErr(ExitTokenRejected, "the API server rejected bootstrap token %q: GET /api answered %s: the token does not exist, its secret does not match or it has expired",
+			tokenID, answer(err))
+	case unavailable(err):
+		return exitErr(ExitFailure, "the API server does not answer GET /api: %w", err)
+	default:
+		return exitErr(ExitFailure, "GET /api answered %s", answer(err))
 	}
 }
 
-func truncate(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		return s[:300] + "..."
+// answer describes an error with the API server's answer in it as "401 Unauthorized: <message>";
+// an APIStatus error alone says only the message.
+func answer(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return err.Error()
 	}
-	return s
+	code := int(status.Status().Code)
+	return strings.Replace(err.Error(), status.Status().Message, fmt.Sprintf("%d %s: %s", code, http.StatusText(code), status.Status().Message), 1)
 }
 
-// node is the part of a core/v1 Node the stub writes.
-type node struct {
-	APIVersion string       `json:"apiVersion"`
-	Kind       string       `json:"kind"`
-	Metadata   nodeMetadata `json:"metadata"`
-	Spec       nodeSpec     `json:"spec"`
-	Status     *nodeStatus  `json:"status,omitempty"`
-}
-
-type nodeMetadata struct {
-	Name        string            `json:"name"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-type nodeSpec struct {
-	ProviderID string  `json:"providerID,omitempty"`
-	Taints     []Taint `json:"taints,omitempty"`
-}
-
-type nodeStatus struct {
-	Conditions  []map[string]string `json:"conditions"`
-	NodeInfo    map[string]string   `json:"nodeInfo"`
-	Addresses   []map[string]string `json:"addresses,omitempty"`
-	Capacity    map[string]string   `json:"capacity,omitempty"`
-	Allocatable map[string]string   `json:"allocatable,omitempty"`
-}
-
-func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []Taint) node {
+func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []corev1.Taint) *corev1.Node {
 	labels := map[string]string{
-		"kubernetes.io/hostname": name,
-		"kubernetes.io/os":       "linux",
-		"kubernetes.io/arch":     runtime.GOARCH,
-		"beta.kubernetes.io/os":  "linux",
+		corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: runtime.GOARCH, "beta.kubernetes.io/os": "linux",
 	}
 	for kv := range strings.SplitSeq(nodeLabels, ",") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && k != "" {
 			labels[k] = v
 		}
 	}
-	now := time.Now().UTC().Format(time.RFC3339)
-	resources := map[string]string{"cpu": "2", "memory": "2Gi", "pods": "110", "ephemeral-storage": "10Gi"}
-	return node{
-		APIVersion: "v1",
-		Kind:       "Node",
-		Metadata: nodeMetadata{
-			Name:        name,
-			Labels:      labels,
-			Annotations: map[string]string{stubAnnotation: "true"},
-		},
-		Spec: nodeSpec{ProviderID: providerID, Taints: taints},
-		Status: &nodeStatus{
+	now := metav1.Now()
+	condition := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	resources := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("2Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("10Gi"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{stubAnnotation: "true"}},
+		Spec:       corev1.NodeSpec{ProviderID: providerID, Taints: taints},
+		Status: corev1.NodeStatus{
 			// The conditions a kubelet posts; Cluster API's NodeHealthy needs all four.
-			Conditions: []map[string]string{
-				{"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "lastHeartbeatTime": now, "lastTransitionTime": now},
-				{"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure", "lastHeartbeatTime": now, "lastTransitionTime": now},
-				{"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID", "lastHeartbeatTime": now, "lastTransitionTime": now},
-				{
-					"type": "Ready", "status": "True", "reason": "KubeletReady",
-					"message":           "stub kubelet of the CAPDMP test node image is posting ready status",
-					"lastHeartbeatTime": now, "lastTransitionTime": now,
-				},
+			Conditions: []corev1.NodeCondition{
+				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", ""),
+				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", ""),
+				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", ""),
+				condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "stub kubelet of the CAPDMP test node image is posting ready status"),
 			},
-			NodeInfo: map[string]string{
-				"kubeletVersion":          kubeletVersion,
-				"operatingSystem":         "linux",
-				"architecture":            runtime.GOARCH,
-				"osImage":                 "CAPDMP test node image (busybox)",
-				"kernelVersion":           readTrimmed("/proc/sys/kernel/osrelease"),
-				"containerRuntimeVersion": "stub://0.0.0",
-				"machineID":               readTrimmed("/etc/machine-id"),
-				"systemUUID":              "",
-				"bootID":                  readTrimmed("/proc/sys/kernel/random/boot_id"),
+			NodeInfo: corev1.NodeSystemInfo{
+				KubeletVersion: kubeletVersion, OperatingSystem: "linux", Architecture: runtime.GOARCH,
+				OSImage: "CAPDMP test node image (busybox)", ContainerRuntimeVersion: "stub://0.0.0",
+				KernelVersion: readTrimmed("/proc/sys/kernel/osrelease"), MachineID: readTrimmed("/etc/machine-id"),
+				BootID: readTrimmed("/proc/sys/kernel/random/boot_id"),
 			},
-			Addresses:   []map[string]string{{"type": "Hostname", "address": name}},
+			Addresses:   []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}},
 			Capacity:    resources,
 			Allocatable: resources,
 		},
@@ -469,89 +372,67 @@ func readTrimmed(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// unavailable says whether an answer means the API server is overloaded or not ready yet: a
-// client retries it.
-func unavailable(code int) bool {
-	return code == http.StatusTooManyRequests || code >= http.StatusInternalServerError
-}
-
-// doUntil is do, retried until deadline while the API server cannot be reached or answers that
-// it is unavailable, as the kubelet retries its registration.
-func (c *apiClient) doUntil(ctx context.Context, deadline time.Time, logf func(string, ...any), method, path, contentType string, body any) (int, []byte, error) {
-	backoff := 250 * time.Millisecond
-	for {
-		code, b, err := c.do(ctx, method, path, contentType, body)
-		if (err == nil && !unavailable(code)) || time.Now().After(deadline) || ctx.Err() != nil {
-			return code, b, err
-		}
-		logf("[kubelet-start] %s %s failed (%v, answered %d), retrying in %s", method, path, err, code, backoff)
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 4*time.Second)
-	}
-}
-
 // registerNode creates the Node (or updates the one of the same name, as a restarted kubelet does),
 // then reports its status, then removes the not-ready taint the API server added on create:
 // the node lifecycle controller would, and none runs in a test API server. Each call is retried
-// until deadline while the API server is unavailable.
-func (c *apiClient) registerNode(ctx context.Context, n node, deadline time.Time, logf func(string, ...any)) error {
-	status := n.Status
-	code, body, err := c.doUntil(ctx, deadline, logf, http.MethodPost, "/api/v1/nodes", "application/json", n)
-	switch {
-	case err != nil:
-		return exitErr(ExitFailure, "registering Node %q: %w", n.Metadata.Name, err)
-	case code == http.StatusCreated || code == http.StatusOK:
-	case code == http.StatusConflict:
-		patch := map[string]any{"metadata": map[string]any{"labels": n.Metadata.Labels, "annotations": n.Metadata.Annotations}}
-		code, body, err = c.doUntil(ctx, deadline, logf, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name, "application/merge-patch+json", patch)
-		if err != nil || code != http.StatusOK {
-			return exitErr(ExitFailure, "updating the existing Node %q: %v %d %s", n.Metadata.Name, err, code, truncate(body))
+// while the API server is unavailable, until ctx ends.
+func registerNode(ctx context.Context, nodes corev1client.NodeInterface, n *corev1.Node, logf func(string, ...any)) error {
+	retry := func(what string, call func(context.Context) error) error {
+		if err := untilAnswered(ctx, logf, "[kubelet-start] "+what, unavailable, call); err != nil {
+			return exitErr(ExitFailure, "%s Node %q: %s", what, n.Name, answer(err))
 		}
-	case code == http.StatusForbidden:
-		return exitErr(ExitFailure, "registering Node %q: forbidden (%s): the bootstrap token's group needs create/get/update/patch on nodes and nodes/status in the workload cluster", n.Metadata.Name, truncate(body))
-	default:
-		return exitErr(ExitFailure, "registering Node %q: %d %s", n.Metadata.Name, code, truncate(body))
+		return nil
 	}
-
-	code, body, err = c.doUntil(ctx, deadline, logf, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name+"/status", "application/merge-patch+json", map[string]any{"status": status})
-	if err != nil || code != http.StatusOK {
-		return exitErr(ExitFailure, "reporting the status of Node %q: %v %d %s", n.Metadata.Name, err, code, truncate(body))
-	}
-
-	var current node
-	if err := json.Unmarshal(body, &current); err != nil {
-		return exitErr(ExitFailure, "reading Node %q: %w", n.Metadata.Name, err)
-	}
-	taints := slices.DeleteFunc(slices.Clone(current.Spec.Taints), func(t Taint) bool { return t.Key == "node.kubernetes.io/not-ready" })
-	if len(taints) != len(current.Spec.Taints) {
-		patch := map[string]any{"spec": map[string]any{"taints": taints}}
-		code, body, err = c.doUntil(ctx, deadline, logf, http.MethodPatch, "/api/v1/nodes/"+n.Metadata.Name, "application/merge-patch+json", patch)
-		if err != nil || code != http.StatusOK {
-			return exitErr(ExitFailure, "removing the not-ready taint of Node %q: %v %d %s", n.Metadata.Name, err, code, truncate(body))
+	var current *corev1.Node
+	err := retry("registering", func(ctx context.Context) (err error) {
+		current, err = nodes.Create(ctx, n, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			current, err = patchNode(ctx, nodes, n.Name, map[string]any{"metadata": map[string]any{"labels": n.Labels, "annotations": n.Annotations}})
 		}
+		if apierrors.IsForbidden(err) {
+			err = fmt.Errorf("%w: the bootstrap token's group needs create/get/update/patch on nodes and nodes/status in the workload cluster", err)
+		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	if err := retry("reporting the status of", func(ctx context.Context) (err error) {
+		current, err = patchNode(ctx, nodes, n.Name, map[string]any{"status": n.Status}, "status")
+		return err
+	}); err != nil {
+		return err
+	}
+	taints := slices.DeleteFunc(slices.Clone(current.Spec.Taints), func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+	if len(taints) == len(current.Spec.Taints) {
+		return nil
+	}
+	return retry("removing the not-ready taint of", func(ctx context.Context) error {
+		_, err := patchNode(ctx, nodes, n.Name, map[string]any{"spec": map[string]any{"taints": taints}})
+		return err
+	})
+}
+
+// patchNode sends a JSON merge patch of the Node, or of its subresource.
+func patchNode(ctx context.Context, nodes corev1client.NodeInterface, name string, patch map[string]any, subresource ...string) (*corev1.Node, error) {
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	return nodes.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{}, subresource...)
 }
 
 // writeKubeletConf records that the node joined, where the real kubeadm writes the kubelet's
 // kubeconfig; it holds no credentials.
-func writeKubeletConf(path, endpoint string, ca []byte, nodeName string) error {
+func writeKubeletConf(path string, server *rest.Config, nodeName string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	kubeconfig := map[string]any{
-		"apiVersion": "v1",
-		"kind":       "Config",
-		"clusters": []any{map[string]any{"name": "default-cluster", "cluster": map[string]any{
-			"server": "https://" + endpoint, "certificate-authority-data": ca,
-		}}},
-		"contexts":        []any{map[string]any{"name": "default", "context": map[string]any{"cluster": "default-cluster", "user": "system:node:" + nodeName}}},
-		"current-context": "default",
-		"users":           []any{map[string]any{"name": "system:node:" + nodeName, "user": map[string]any{}}},
-	}
-	b, err := yaml.Marshal(kubeconfig)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
+	user := "system:node:" + nodeName
+	kubeconfig := clientcmdapi.NewConfig()
+	kubeconfig.Clusters["default-cluster"] = &clientcmdapi.Cluster{Server: server.Host, CertificateAuthorityData: server.CAData}
+	kubeconfig.Contexts["default"] = &clientcmdapi.Context{Cluster: "default-cluster", AuthInfo: user}
+	kubeconfig.AuthInfos[user] = &clientcmdapi.AuthInfo{}
+	kubeconfig.CurrentContext = "default"
+	return clientcmd.WriteToFile(*kubeconfig, path)
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/blang/semver/v4"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 const (
@@ -164,12 +166,12 @@ type fakeAPIServer struct {
 	overloadedPath string
 
 	mu    sync.Mutex
-	nodes map[string]map[string]any
+	nodes map[string]*corev1.Node
 }
 
 func newFakeAPIServer(t *testing.T, validToken string) *fakeAPIServer {
 	t.Helper()
-	f := &fakeAPIServer{validToken: validToken, nodes: map[string]map[string]any{}}
+	f := &fakeAPIServer{validToken: validToken, nodes: map[string]*corev1.Node{}}
 	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
 	return f
@@ -193,6 +195,7 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "not found", http.StatusNotFound)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		kubeconfig := "apiVersion: v1\nkind: Config\nclusters:\n- name: ''\n  cluster:\n    server: " + f.URL + "\n    certificate-authority-data: " +
 			base64.StdEncoding.EncodeToString(f.caPEM()) + "\n"
 		_ = json.NewEncoder(w).Encode(map[string]any{"data": map[string]string{"kubeconfig": kubeconfig}})
@@ -203,22 +206,24 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.URL.Path == "/api":
 		_, _ = w.Write([]byte(`{"kind":"APIVersions","versions":["v1"]}`))
 	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/nodes":
-		var n map[string]any
-		_ = json.Unmarshal(body, &n)
-		name := n["metadata"].(map[string]any)["name"].(string)
-		if _, ok := f.nodes[name]; ok {
+		// client-go sends built-in types as protobuf; the deserializer reads that and JSON alike.
+		n := &corev1.Node{}
+		if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, n); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, ok := f.nodes[n.Name]; ok {
 			http.Error(w, "exists", http.StatusConflict)
 			return
 		}
 		// The API server's TaintNodesByCondition admission adds this taint on create.
-		spec, _ := n["spec"].(map[string]any)
-		taints, _ := spec["taints"].([]any)
-		spec["taints"] = append(taints, map[string]any{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
-		f.nodes[name] = n
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule})
+		f.nodes[n.Name] = n
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(n)
 	case r.Method == http.MethodPatch && strings.HasPrefix(r.URL.Path, "/api/v1/nodes/"):
@@ -228,12 +233,18 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "not found", http.StatusNotFound)
 			return
 		}
-		var patch map[string]any
-		_ = json.Unmarshal(body, &patch)
+		// Decoding a merge patch onto a copy of the object applies it: lists are replaced, the
+		// rest merged. The status subresource takes only the status, the object all but it.
+		patched := n.DeepCopy()
+		if err := json.Unmarshal(body, patched); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		if sub == "status" {
-			n["status"] = patch["status"]
-		} else if spec, ok := patch["spec"].(map[string]any); ok {
-			n["spec"].(map[string]any)["taints"] = spec["taints"]
+			n.Status = patched.Status
+		} else {
+			patched.Status = n.Status
+			f.nodes[name], n = patched, patched
 		}
 		_ = json.NewEncoder(w).Encode(n)
 	default:
@@ -272,7 +283,7 @@ func TestJoin(t *testing.T) {
 		{name: "overloaded at registration, retried", token: token, apiVersion: "v1beta4", version: "v1.33.1", overloaded: 3, overloadedPath: "/api/v1/nodes",
 			wantNode: "node-a", wantProviderID: "docker:////node-a"},
 		{name: "overloaded past the TLS bootstrap timeout", token: token, apiVersion: "v1beta4", version: "v1.33.1", overloaded: -1, overloadedPath: "/api/v1/nodes",
-			wantCode: ExitFailure, wantErr: "registering Node \"node-a\": 429"},
+			wantCode: ExitFailure, wantErr: "registering Node \"node-a\": the TLS bootstrap timeout (6s) passed"},
 		{name: "already joined", token: token, apiVersion: "v1beta3", version: "v1.33.1", alreadyJoined: true, wantCode: ExitPreflight, wantErr: "kubelet.conf already exists"},
 		{name: "already joined, check ignored", token: token, apiVersion: "v1beta3", version: "v1.33.1", alreadyJoined: true, extraArgs: []string{"--ignore-preflight-errors=SystemVerification,all"}, wantNode: "node-a", wantProviderID: "docker:////node-a"},
 	}
@@ -284,9 +295,9 @@ func TestJoin(t *testing.T) {
 			srv.overloaded, srv.overloadedPath = tt.overloaded, tt.overloadedPath
 			pin := tt.pin
 			if pin == "" {
-				var err error
-				pin, err = CACertHash(srv.caPEM())
+				hashes, err := CACertHashes(srv.caPEM())
 				g.Expect(err).ToNot(HaveOccurred())
+				pin = hashes[0]
 			}
 			env, out, errOut := testEnv(t, tt.version)
 			if tt.alreadyJoined {
@@ -297,7 +308,7 @@ func TestJoin(t *testing.T) {
 				"    apiServerEndpoint: " + strings.TrimPrefix(srv.URL, "https://") + "\n    token: " + tt.token + "\n    caCertHashes: [\"" + pin + "\"]\n" +
 				"nodeRegistration:\n  name: Node-A\n  taints:\n  - key: node.cluster.x-k8s.io/uninitialized\n    effect: NoSchedule\n"
 			if tt.apiVersion == "v1beta4" {
-				config += "timeouts:\n  discovery: 5s\n  tlsBootstrap: 3s\n"
+				config += "timeouts:\n  discovery: 6s\n  tlsBootstrap: 6s\n"
 			}
 			path := filepath.Join(t.TempDir(), "join.yaml")
 			g.Expect(os.WriteFile(path, []byte(config), 0o600)).To(Succeed())
@@ -311,12 +322,10 @@ func TestJoin(t *testing.T) {
 			}
 			n := srv.nodes[tt.wantNode]
 			g.Expect(n).ToNot(BeNil(), "stdout:\n%s", out)
-			spec := n["spec"].(map[string]any)
-			g.Expect(spec["providerID"]).To(Equal(tt.wantProviderID))
-			g.Expect(spec["taints"]).To(ConsistOf(HaveKeyWithValue("key", "node.cluster.x-k8s.io/uninitialized")), "the not-ready taint is removed, the configured one kept")
-			status := n["status"].(map[string]any)
-			g.Expect(status["nodeInfo"]).To(HaveKeyWithValue("kubeletVersion", tt.version))
-			g.Expect(status["conditions"]).To(ContainElement(And(HaveKeyWithValue("type", "Ready"), HaveKeyWithValue("status", "True"))))
+			g.Expect(n.Spec.ProviderID).To(Equal(tt.wantProviderID))
+			g.Expect(n.Spec.Taints).To(ConsistOf(HaveField("Key", "node.cluster.x-k8s.io/uninitialized")), "the not-ready taint is removed, the configured one kept")
+			g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal(tt.version))
+			g.Expect(n.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.NodeReady), HaveField("Status", corev1.ConditionTrue))))
 			g.Expect(filepath.Join(env.KubernetesDir, "kubelet.conf")).To(BeAnExistingFile())
 			g.Expect(out.String()).To(ContainSubstring("This node has joined the cluster"))
 		})
