@@ -2,29 +2,24 @@ package testenv
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/certs"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,27 +81,14 @@ func StartWorkload(ctx context.Context) (*Workload, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	u, err := url.Parse(cfg.Host)
+	listen := env.ControlPlane.APIServer.SecureServing.ListenAddr
+	port, err := strconv.Atoi(listen.Port)
 	if err != nil {
 		return fail(err)
 	}
-	host, portText, err := net.SplitHostPort(u.Host)
-	if err != nil {
-		return fail(err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return fail(err)
-	}
-	w.Endpoint = clusterv1.APIEndpoint{Host: host, Port: int32(port)} //nolint:gosec // a TCP port
-	scheme := kruntime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return fail(err)
-	}
-	if err := rbacv1.AddToScheme(scheme); err != nil {
-		return fail(err)
-	}
-	if w.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	w.Endpoint = clusterv1.APIEndpoint{Host: listen.Address, Port: int32(port)} //nolint:gosec // a TCP port
+	// client-go's scheme: the workload's own types.
+	if w.Client, err = client.New(cfg, client.Options{}); err != nil {
 		return fail(err)
 	}
 	if err := w.publishJoinObjects(ctx); err != nil {
@@ -172,21 +154,6 @@ func (w *Workload) publishJoinObjects(ctx context.Context) error {
 	return nil
 }
 
-// CACertHash is kubeadm's caCertHashes entry for the workload CA: "sha256:<hex>" of its Subject
-// Public Key Info.
-func (w *Workload) CACertHash() (string, error) {
-	block, _ := pem.Decode(w.CAData)
-	if block == nil {
-		return "", errors.New("the workload CA is not PEM")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
-}
-
 // CreateClusterSecrets creates, in the management cluster, the Secrets through which Cluster API
 // reaches this workload API server for cluster: <cluster>-kubeconfig (admin credentials, owned by
 // the Cluster, so the Cluster must exist and have its UID) and <cluster>-ca (tls.crt is the
@@ -197,7 +164,11 @@ func (w *Workload) CreateClusterSecrets(ctx context.Context, management client.C
 		return fmt.Errorf("cluster %s has no UID: create it before its secrets", client.ObjectKeyFromObject(cluster))
 	}
 	kubeconfigSecret := kubeconfig.GenerateSecret(cluster, kubeconfig.FromEnvTestConfig(w.Config, cluster))
-	key, err := throwawayKey()
+	signer, err := certs.NewSigner(bootstrapv1.EncryptionAlgorithmECDSAP256)
+	if err != nil {
+		return err
+	}
+	key, err := certs.EncodePrivateKeyPEMFromSigner(signer)
 	if err != nil {
 		return err
 	}
@@ -221,64 +192,31 @@ func (w *Workload) CreateClusterSecrets(ctx context.Context, management client.C
 	return nil
 }
 
-func throwawayKey() ([]byte, error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
-}
-
 // CreateBootstrapToken creates a kubeadm bootstrap token in the workload cluster, as CABPK does:
 // kube-system/bootstrap-token-<id> of type bootstrap.kubernetes.io/token, usable for
 // authentication and signing, in NodeBootstrapperGroup, expiring at expiration (already expired
 // when in the past). It returns "<id>.<secret>".
 func (w *Workload) CreateBootstrapToken(ctx context.Context, expiration time.Time) (string, error) {
-	id, err := randomToken(6)
+	token, err := bootstraputil.GenerateBootstrapToken()
 	if err != nil {
 		return "", err
 	}
-	sec, err := randomToken(16)
-	if err != nil {
-		return "", err
-	}
+	id, tokenSecret, _ := strings.Cut(token, ".")
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id},
-		Type:       corev1.SecretTypeBootstrapToken,
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id)},
+		Type:       bootstrapapi.SecretTypeBootstrapToken,
 		StringData: map[string]string{
-			"token-id":                       id,
-			"token-secret":                   sec,
-			"usage-bootstrap-authentication": "true",
-			"usage-bootstrap-signing":        "true",
-			"auth-extra-groups":              NodeBootstrapperGroup,
-			"expiration":                     expiration.UTC().Format(time.RFC3339),
-			"description":                    "created by internal/test/envtest",
+			bootstrapapi.BootstrapTokenIDKey:               id,
+			bootstrapapi.BootstrapTokenSecretKey:           tokenSecret,
+			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
+			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
+			bootstrapapi.BootstrapTokenExtraGroupsKey:      NodeBootstrapperGroup,
+			bootstrapapi.BootstrapTokenExpirationKey:       expiration.UTC().Format(time.RFC3339),
+			bootstrapapi.BootstrapTokenDescriptionKey:      "created by internal/test/testenv",
 		},
 	}
 	if err := w.Client.Create(ctx, s); err != nil {
 		return "", fmt.Errorf("creating bootstrap token Secret: %w", err)
 	}
-	return id + "." + sec, nil
-}
-
-// randomToken returns n characters of [a-z0-9], kubeadm's token alphabet, without modulo bias.
-func randomToken(n int) (string, error) {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	out := make([]byte, 0, n)
-	buf := make([]byte, 2*n)
-	for len(out) < n {
-		if _, err := rand.Read(buf); err != nil {
-			return "", err
-		}
-		for _, c := range buf {
-			if int(c) < 256-256%len(alphabet) && len(out) < n {
-				out = append(out, alphabet[int(c)%len(alphabet)])
-			}
-		}
-	}
-	return string(out), nil
+	return token, nil
 }
