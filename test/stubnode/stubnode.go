@@ -1,4 +1,4 @@
-// Package stubnode builds CAPDMP's stub node image, a few-megabyte stand-in for kindest/node on
+// Package stubnode builds CAPDMP's stub node image, a 30 MB stand-in for kindest/node on
 // machines where no image can be pulled: FROM scratch, Debian's static busybox, a tiny init and a
 // stub kubeadm whose `join` proves the bootstrap token against a real kube-apiserver and registers
 // the Node. It is tagged kindest/node:<version> for each Kubernetes version a test needs, and
@@ -26,9 +26,8 @@ import (
 const (
 	// Repository is the repository the images are tagged in, kind's.
 	Repository = "kindest/node"
-	// RecipeLabel holds the hash of what went into the image: an image with the current recipe is
-	// not rebuilt, and an image without the label was not built here and is never overwritten.
-	RecipeLabel = "test.capdmp.dev/nodeimage-recipe"
+	// BuiltLabel marks the images built here: an image without it is never overwritten.
+	BuiltLabel = "test.capdmp.dev/stub-node"
 	// VersionLabel holds the Kubernetes version the image stands for.
 	VersionLabel = "test.capdmp.dev/nodeimage-version"
 )
@@ -65,11 +64,20 @@ type Options struct {
 	Log io.Writer
 }
 
-// Build builds the stub binaries, computes the image recipe and loads into the engine the image
-// of each version that is missing or was built from another recipe, all in one `docker load` of an
-// archive assembled here (no builder, no intermediate containers; identical inputs give identical
-// image IDs). It refuses to replace an image of the same tag that it did not build, such as a real
-// node image built by hack/node-images.
+// dockerfile builds the image of one version from the folder Build lays out: rootfs/ and
+// versions/<version>. Every version shares the rootfs layer.
+const dockerfile = `FROM scratch
+COPY rootfs/ /
+ARG VERSION
+COPY versions/${VERSION} /kind/version
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin container=docker
+ENTRYPOINT ["/sbin/init"]
+STOPSIGNAL SIGRTMIN+3
+`
+
+// Build builds the stub binaries and, with `docker build`, the image of each version. The
+// engine's build cache keeps an unchanged image as it is. It refuses to replace an image of the
+// same tag that it did not build, such as a real node image built by hack/node-images.
 func Build(ctx context.Context, o Options) error {
 	start := time.Now()
 	logf := func(format string, args ...any) {
@@ -94,52 +102,39 @@ func Build(ctx context.Context, o Options) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := populateRootfs(ctx, rootfs, o.Busybox, logf); err != nil {
+	if err := populateRootfs(ctx, filepath.Join(dir, "rootfs"), o.Busybox, logf); err != nil {
 		return err
 	}
-	base, err := layerFromDir(rootfs)
-	if err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "versions"), 0o755); err != nil {
 		return err
 	}
-	recipe := recipeOf(base)
-	logf("recipe %s (binaries, busybox and layer ready in %s)", recipe, time.Since(start).Round(time.Millisecond))
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil { // world-readable by design
+		return err
+	}
+	logf("binaries and busybox ready in %s", time.Since(start).Round(time.Millisecond))
 
-	var images []imageSpec
 	for _, v := range versions {
 		v = normalize(v)
 		image := Image(v)
-		current, err := dockerengine.Docker(ctx, host, nil, "image", "inspect", "--format", "{{index .Config.Labels \""+RecipeLabel+"\"}}", image)
-		current = strings.TrimSpace(current)
-		switch {
-		case err == nil && current == recipe:
-			logf("%s is up to date", image)
-			continue
-		case err == nil && (current == "" || current == "<no value>"):
-			return fmt.Errorf("%s exists and was not built by test/stubnode (a real node image?); not replacing it: remove it or use another version", image)
+		builtHere, err := dockerengine.Docker(ctx, host, nil, "image", "inspect", "--format", "{{index .Config.Labels \""+BuiltLabel+"\"}}", image)
+		if err == nil && strings.TrimSpace(builtHere) != "true" {
+			return fmt.Errorf("%s exists without the label %s (a real node image, or a stub image of an older build); not replacing it: remove it or use another version", image, BuiltLabel)
 		}
-		images = append(images, imageSpec{tag: image, version: v})
+		if err := os.WriteFile(filepath.Join(dir, "versions", v), []byte(v+"\n"), 0o644); err != nil { // world-readable by design
+			return err
+		}
+		t := time.Now()
+		if _, err := dockerengine.Docker(ctx, host, nil, "build", "--quiet", "--build-arg", "VERSION="+v,
+			"--label", BuiltLabel+"=true", "--label", VersionLabel+"="+v, "--tag", image, dir); err != nil {
+			return err
+		}
+		logf("%s built in %s", image, time.Since(t).Round(time.Millisecond))
 	}
-	if len(images) == 0 {
-		return nil
-	}
-	archive, err := imageArchive(base, recipe, images)
-	if err != nil {
-		return err
-	}
-	t := time.Now()
-	if _, err := dockerengine.Docker(ctx, host, archive, "load", "--quiet"); err != nil {
-		return err
-	}
-	tags := make([]string, 0, len(images))
-	for _, img := range images {
-		tags = append(tags, img.tag)
-	}
-	logf("loaded %s in %s (total %s)", strings.Join(tags, " "), time.Since(t).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	// Images of an older recipe lost their tags to the new ones: remove those that no container
-	// uses. Only untagged images with our label are touched.
-	if _, err := dockerengine.Docker(ctx, host, nil, "image", "prune", "--force", "--filter", "label="+RecipeLabel); err != nil {
-		logf("warning: could not remove the untagged images of older recipes: %v", err)
+	logf("done in %s", time.Since(start).Round(time.Millisecond))
+	// An image rebuilt from changed binaries took the tag from the older one: remove the untagged
+	// images built here that no container uses.
+	if _, err := dockerengine.Docker(ctx, host, nil, "image", "prune", "--force", "--filter", "label="+BuiltLabel); err != nil {
+		logf("warning: could not remove the untagged images of older builds: %v", err)
 	}
 	return nil
 }
@@ -180,7 +175,7 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 			return err
 		}
 	}
-	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777); err != nil { // /tmp is world-writable
+	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o777|os.ModeSticky); err != nil { // /tmp is world-writable
 		return err
 	}
 	files := map[string]string{

@@ -67,7 +67,8 @@ func Require(t testing.TB) string {
 // standard error.
 func Docker(ctx context.Context, host string, stdin []byte, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Env = append(os.Environ(), "DOCKER_HOST="+host)
+	// DOCKER_BUILDKIT=0: `docker build` uses the engine's own builder; Debian's docker.io has no buildx.
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+host, "DOCKER_BUILDKIT=0")
 	if stdin != nil {
 		cmd.Stdin = strings.NewReader(string(stdin))
 	}
