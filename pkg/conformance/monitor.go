@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/pkg/skew"
@@ -232,23 +233,16 @@ func StartMonitor(ctx context.Context, src Source, interval time.Duration, onCha
 
 func (m *Monitor) run(ctx context.Context) {
 	defer close(m.done)
-	ticker := time.NewTicker(m.interval)
-	defer ticker.Stop()
-	for {
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		s, err := m.src.Observe(readCtx)
-		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		s.At = time.Now()
 		m.record(s, err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
+	}, m.interval)
 }
 
 func (m *Monitor) record(s Sample, err error) {

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -141,10 +142,9 @@ type managementStatus struct {
 // readManagement keeps managementStatus current, every interval, apart from the samples: a plane
 // reached through its kubeconfig (Attach) answers in tens of milliseconds, not from memory.
 func (o *observer) readManagement(ctx context.Context) {
-	ticker := time.NewTicker(observeInterval)
-	defer ticker.Stop()
-	for {
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		// What could not be read (a plane restarting) stays as last read.
 		status := managementStatus{}
 		if last := o.management.Load(); last != nil {
@@ -156,32 +156,20 @@ func (o *observer) readManagement(ctx context.Context) {
 		if kcp, err := o.c.controlPlaneFrom(readCtx, o.c.w.cached); err == nil {
 			status.controlPlane = statusVersions(kcp)
 		}
-		cancel()
 		o.management.Store(&status)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
+	}, observeInterval)
 }
 
 // connect makes the workload clients as soon as the workload kubeconfig exists; the watch on
 // Nodes lives as long as the monitor.
 func (o *observer) connect(ctx context.Context) {
-	ticker := time.NewTicker(observeInterval)
-	defer ticker.Stop()
-	for {
-		if w, err := o.dialWorkload(ctx); err == nil {
+	_ = wait.PollUntilContextCancel(ctx, observeInterval, true, func(ctx context.Context) (bool, error) {
+		w, err := o.dialWorkload(ctx)
+		if err == nil {
 			o.workload.Store(w)
-			return
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
+		return err == nil, nil
+	})
 }
 
 func (o *observer) dialWorkload(ctx context.Context) (*workloadClients, error) {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/capdmp/capdmp/internal/container"
 )
 
@@ -32,13 +34,7 @@ func newContainerView(engine *container.Docker, labels map[string]string) *conta
 
 // run keeps the view until ctx ends, listing again whenever the event stream fails.
 func (v *containerView) run(ctx context.Context, retry time.Duration) {
-	for ctx.Err() == nil {
-		_ = v.listAndWatch(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(retry):
-		}
-	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) { _ = v.listAndWatch(ctx) }, retry)
 }
 
 func (v *containerView) listAndWatch(ctx context.Context) error {
@@ -161,23 +157,15 @@ func (a *apiServerVersions) track(ctx context.Context, controlPlane []container.
 }
 
 func (a *apiServerVersions) poll(ctx context.Context, p *apiServerPoller) {
-	ticker := time.NewTicker(a.interval)
-	defer ticker.Stop()
-	for {
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		askCtx, cancel := context.WithTimeout(ctx, time.Second)
-		v, err := a.ask(askCtx, p.ip)
-		cancel()
-		if err == nil && v != "" {
+		defer cancel()
+		if v, err := a.ask(askCtx, p.ip); err == nil && v != "" {
 			p.mu.Lock()
 			p.version = v
 			p.mu.Unlock()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
+	}, a.interval)
 }
 
 // versions are the tracked kube-apiservers that have answered, in no order.
