@@ -40,11 +40,7 @@ func (w *World) Cluster(namespace, name string) *Cluster {
 }
 
 func clientFromKubeconfig(path string) (client.Client, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
 	}
