@@ -18,13 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
-	"sigs.k8s.io/cluster-api/controllers/remote"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -228,7 +229,12 @@ func skipAddons(kcp *controlplanev1.KubeadmControlPlane) {
 
 // WorkloadConfig is the admin rest config of the workload cluster (its kubeconfig Secret).
 func (c *Cluster) WorkloadConfig(ctx context.Context) (*rest.Config, error) {
-	return remote.RESTConfig(ctx, "capdmp-test", c.w.Client, client.ObjectKey{Namespace: c.Namespace, Name: c.Name})
+	// Cluster API deprecated remote.RESTConfig for ClusterCache; a test reads the Secret itself.
+	raw, err := kubeconfig.FromSecret(ctx, c.w.Client, client.ObjectKey{Namespace: c.Namespace, Name: c.Name})
+	if err != nil {
+		return nil, err
+	}
+	return clientcmd.RESTConfigFromKubeConfig(raw)
 }
 
 // ControlPlaneStatus returns the KubeadmControlPlane, read live.
