@@ -295,6 +295,12 @@ func (r *DockerMachinePoolMachineReconciler) reconcileNormal(ctx context.Context
 	case bootstrap.StateRunning:
 		return r.followBootstrap(ctx, s, status)
 	case bootstrap.StateFailed:
+		if status.Stopped {
+			// Only followBootstrap stops a bootstrap, at the timeout; a reconcile that reads the
+			// machine from before that patch (the bootstrap's end wakes it at once) says the same.
+			r.markBootstrapFailed(machine, metrics.BootstrapTimedOut, timedOutMessage(bootstrapTimeoutOf(pool), status))
+			return ctrl.Result{}, nil
+		}
 		r.markBootstrapFailed(machine, metrics.BootstrapStepFailed, failedBootstrapMessage(status))
 		return ctrl.Result{}, nil
 	case bootstrap.StateInterrupted:
@@ -384,12 +390,17 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to check the bootstrap of container %s", machine.Name)
 	}
+	r.markBootstrapFailed(machine, metrics.BootstrapTimedOut, timedOutMessage(timeout, stopped))
+	return ctrl.Result{}, nil
+}
+
+// timedOutMessage says that the bootstrap was stopped at timeout, and which step it cut short.
+func timedOutMessage(timeout time.Duration, stopped bootstrap.Status) string {
 	msg := fmt.Sprintf("The bootstrap did not finish within %s", timeout)
 	if stopped.State == bootstrap.StateFailed {
 		msg += "; " + failedBootstrapMessage(stopped)
 	}
-	r.markBootstrapFailed(machine, metrics.BootstrapTimedOut, msg)
-	return ctrl.Result{}, nil
+	return msg
 }
 
 // awaitBootstrap has the machine looked at as soon as its bootstrap ends, within limit; a
