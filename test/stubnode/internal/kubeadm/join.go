@@ -187,17 +187,12 @@ func ignored(list []string, check string) bool {
 // unavailable says whether a request failed without an answer, or with one that says the API
 // server is overloaded or not ready yet: a client retries it.
 func unavailable(err error) bool {
-	code := statusCode(err)
-	return err != nil && (code == 0 || code == http.StatusTooManyRequests || code >= http.StatusInternalServerError)
-}
-
-// statusCode is the HTTP status of the API server's answer in err; 0 when it did not answer.
-func statusCode(err error) int32 {
 	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return status.Status().Code
+	if !errors.As(err, &status) {
+		return err != nil
 	}
-	return 0
+	code := status.Status().Code
+	return code == http.StatusTooManyRequests || code >= http.StatusInternalServerError
 }
 
 // untilAnswered runs call until it succeeds, fails in a way retry does not accept, or ctx ends,
@@ -209,10 +204,9 @@ func untilAnswered(ctx context.Context, logf func(string, ...any), what string, 
 		if err == nil || !retry(err) {
 			return err
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		if ctx.Err() == nil {
+			logf("%s failed, retrying in %s: %v", what, backoff, err)
 		}
-		logf("%s failed, retrying in %s: %v", what, backoff, err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", context.Cause(ctx), err)
@@ -251,8 +245,9 @@ func discoverCA(ctx context.Context, bt *BootstrapTokenDiscovery, logf func(stri
 		return nil, exitErr(ExitUntrustedCA, "the cluster-info ConfigMap holds no kubeconfig with a cluster (err: %v)", err)
 	}
 	var ca []byte
-	for _, cluster := range kubeconfig.Clusters {
+	for _, cluster := range kubeconfig.Clusters { // cluster-info holds one cluster
 		ca = cluster.CertificateAuthorityData
+		break
 	}
 	if bt.UnsafeSkipCAVerification && len(bt.CACertHashes) == 0 {
 		logf("[discovery] unsafeSkipCAVerification: trusting the cluster-info CA without a pin")
