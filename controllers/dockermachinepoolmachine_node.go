@@ -81,8 +81,7 @@ func (r *DockerMachinePoolMachineReconciler) recordKubeletVersion(machine *infra
 	}
 	machine.Status.NodeKubeletVersion = kubelet
 	labelled, labelErr := skew.VersionFromLabelValue(machine.Labels[infrav1.KubernetesVersionLabel])
-	running, kubeletErr := skew.CanonicalVersion(kubelet)
-	if labelErr == nil && kubeletErr == nil && labelled == running {
+	if same, err := skew.SameRelease(labelled, kubelet); labelErr == nil && err == nil && same {
 		conditions.Set(machine, metaCondition(infrav1.KubeletVersionCondition, true, infrav1.KubeletVersionMatchesReason, ""))
 		return
 	}

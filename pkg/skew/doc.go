@@ -38,8 +38,9 @@
 // Versions are semantic versions with or without a leading "v" (ParseVersion); anything else is
 // an error, never a guess. Image tags are stricter: VersionFromImageTag requires the "v", as
 // Kubernetes tags its images, because "1.33.1" on an image often versions something else. Order is semver order: a pre-release sorts before its release
-// (v1.37.0-beta.0 < v1.37.0) and build metadata is ignored for ordering, but not for equality
-// (v1.33.1+k3s1 and v1.33.1 are different builds). Image tags and label values, which cannot hold
+// (v1.37.0-beta.0 < v1.37.0) and build metadata is ignored, for ordering and for agreement
+// (SameRelease: a MachinePool at v1.37.0+build.1 agrees with an image of v1.37.0), as the skew
+// policy ignores it; the gate still lists and displays versions with it. Image tags and label values, which cannot hold
 // "+", write build metadata after "_" (VersionFromImageTag, VersionLabelValue).
 //
 // KubeadmAPIVersion and KubeadmAPIVersionReadable say whether bootstrap data rendered for one

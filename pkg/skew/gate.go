@@ -131,8 +131,9 @@ func (d Decision) Condition(conditionType string) metav1.Condition {
 //
 //  1. InvalidVersion: the target version is empty, or the target, the MachinePool, a control-plane,
 //     a running or the last admitted version does not parse. Nothing else can be judged.
-//  2. VersionMismatch: the MachinePool sets a version and it differs from the target version
-//     (build metadata included). One object is stale; the target is not trusted until they agree,
+//  2. VersionMismatch: the MachinePool sets a version and it is another release than the target
+//     version (SameRelease: build metadata ignored, as the skew policy and semver precedence
+//     ignore it). One object is stale; the target is not trusted until they agree,
 //     and a mismatch needs a human or a pipeline to finish, so it is reported before conditions
 //     that resolve on their own.
 //  3. ControlPlaneUnknown: the control plane is not initialized or reports no version.
@@ -202,7 +203,7 @@ func Decide(in Input) Decision {
 	}
 
 	switch {
-	case poolVersion != nil && !sameVersion(target, *poolVersion):
+	case poolVersion != nil && target.Compare(*poolVersion) != 0:
 		return d.wait(VersionMismatch, fmt.Sprintf(
 			"Version %s of the infrastructure differs from the MachinePool version %s; waiting for the stale one to be updated",
 			d.TargetVersion, formatVersion(*poolVersion)))
@@ -276,8 +277,8 @@ func oldestAllowedMinor(newest semver.Version) uint64 {
 	return newest.Minor - maxKubeletMinorsBehind
 }
 
-// sameVersion compares including build metadata, which semver ordering ignores: v1.33.1+k3s1 and
-// v1.33.1 are different builds, so a pool and its image that name them disagree.
+// sameVersion compares including build metadata, which semver ordering ignores, for what the gate
+// lists and displays: v1.33.1+k3s1 and v1.33.1 are different builds of one release.
 func sameVersion(a, b semver.Version) bool {
 	return formatVersion(a) == formatVersion(b)
 }

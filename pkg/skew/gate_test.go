@@ -178,10 +178,22 @@ func TestDecide(t *testing.T) {
 			messageContains: []string{"v1.34.0", "MachinePool version v1.33.1"},
 		},
 		{
-			name:            "build metadata counts for the mismatch",
-			in:              Input{ControlPlane: initializedAt("v1.33.1"), TargetVersion: "v1.33.1+k3s1", MachinePoolVersion: "v1.33.1"},
+			name:     "build metadata does not count for the mismatch",
+			in:       Input{ControlPlane: initializedAt("v1.33.1"), TargetVersion: "v1.33.1+k3s1", MachinePoolVersion: "v1.33.1"},
+			want:     Admitted,
+			admitted: []string{"v1.33.1+k3s1"},
+		},
+		{
+			name:     "a MachinePool version with build metadata agrees with its kindest/node image",
+			in:       Input{ControlPlane: initializedAt("v1.37.0"), TargetVersion: "v1.37.0", MachinePoolVersion: "v1.37.0+build.1"},
+			want:     Admitted,
+			admitted: []string{"v1.37.0"},
+		},
+		{
+			name:            "a pre-release counts for the mismatch",
+			in:              Input{ControlPlane: initializedAt("v1.37.0"), TargetVersion: "v1.37.0-rc.1", MachinePoolVersion: "v1.37.0"},
 			want:            VersionMismatch,
-			messageContains: []string{"v1.33.1+k3s1", "v1.33.1"},
+			messageContains: []string{"v1.37.0-rc.1", "MachinePool version v1.37.0"},
 		},
 		{
 			name: "v prefix does not count for the mismatch",

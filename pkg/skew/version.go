@@ -35,6 +35,23 @@ func CanonicalVersion(s string) (string, error) {
 	return formatVersion(v), nil
 }
 
+// SameRelease reports whether a and b name one Kubernetes release: equal in semver precedence, so
+// pre-releases count and build metadata does not ("v1.37.0+build.1" and "v1.37.0" are one
+// release; "v1.37.0-rc.1" and "v1.37.0" are not). The skew policy and the gate's ordering ignore
+// build metadata, so every check that two versions agree (a MachinePool and its image, an image's
+// tag and its content, a label and the kubelet that runs) uses this one rule.
+func SameRelease(a, b string) (bool, error) {
+	va, err := ParseVersion(a)
+	if err != nil {
+		return false, err
+	}
+	vb, err := ParseVersion(b)
+	if err != nil {
+		return false, err
+	}
+	return va.Compare(vb) == 0, nil
+}
+
 func formatVersion(v semver.Version) string {
 	return "v" + v.String()
 }

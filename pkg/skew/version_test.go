@@ -295,3 +295,33 @@ func mustCanonical(s string) string {
 	}
 	return c
 }
+
+func TestSameRelease(t *testing.T) {
+	tests := []struct {
+		name    string
+		a, b    string
+		want    bool
+		wantErr bool
+	}{
+		{name: "equal", a: "v1.37.0", b: "v1.37.0", want: true},
+		{name: "v prefix", a: "1.37.0", b: "v1.37.0", want: true},
+		{name: "build metadata is ignored", a: "v1.37.0+build.1", b: "v1.37.0", want: true},
+		{name: "two builds of one release", a: "v1.33.1+k3s1", b: "v1.33.1+k3s2", want: true},
+		{name: "pre-release counts", a: "v1.37.0-rc.1", b: "v1.37.0"},
+		{name: "patch counts", a: "v1.37.1", b: "v1.37.0"},
+		{name: "invalid", a: "v1.37", b: "v1.37.0", wantErr: true},
+		{name: "empty", a: "v1.37.0", b: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := SameRelease(tt.a, tt.b)
+			if tt.wantErr {
+				g.Expect(err).To(HaveOccurred())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tt.want))
+		})
+	}
+}
