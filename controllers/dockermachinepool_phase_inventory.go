@@ -17,8 +17,8 @@ import (
 )
 
 // reconcileInventory lists the pool's containers (one engine call) and the objects that represent
-// them (from the cache). Containers are matched on the pool's UID (carriesPool), never on names,
-// so that a pool never touches a container it did not create; DockerMachinePoolMachines on their owner reference
+// them (from the cache). Containers are matched on the pool's identity (carriesPool), never on
+// names alone, so that a pool never touches a container it did not create; DockerMachinePoolMachines on their owner reference
 // to the pool, and Machines on the DockerMachinePoolMachine they reference.
 func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	listed, err := r.Runtime.List(ctx, map[string]string{infrav1.PoolUIDLabel: poolUID(s.pool)})
@@ -33,8 +33,8 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 	if name := s.clusterName(); name != "" {
 		selector[clusterv1.ClusterNameLabel] = name
 	}
-	if s.machinePool != nil {
-		selector[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(s.machinePool.Name)
+	if name := s.machinePoolName(); name != "" {
+		selector[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(name)
 	}
 	machineList := &infrav1.DockerMachinePoolMachineList{}
 	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector); err != nil {
@@ -55,7 +55,7 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 	owners := map[string]*clusterv1.Machine{}
 	for i := range ownerList.Items {
 		m := &ownerList.Items[i]
-		if m.Spec.InfrastructureRef.Kind == "DockerMachinePoolMachine" && m.Spec.InfrastructureRef.APIGroup == infrav1.GroupVersion.Group {
+		if m.Spec.InfrastructureRef.Kind == "DockerMachinePoolMachine" && m.Spec.InfrastructureRef.APIGroup == infrav1.GroupVersion.Group && s.machineOfPool(m) {
 			owners[m.Spec.InfrastructureRef.Name] = m
 		}
 	}

@@ -30,8 +30,13 @@ func (r *DockerMachinePoolReconciler) reconcileMachinePoolMachines(ctx context.C
 			continue
 		}
 		m := newMachinePoolMachine(s, i.container.Name, i.container.Labels)
-		if err := r.Client.Create(ctx, m); err != nil && !apierrors.IsAlreadyExists(err) {
-			errs = append(errs, pkgerrors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m)))
+		if err := r.Client.Create(ctx, m); err != nil {
+			// One that exists already is the pool's own, which the cache does not show yet, or
+			// another's of the same name: either way not this object, and the next inventory
+			// finds it if it is the pool's.
+			if !apierrors.IsAlreadyExists(err) {
+				errs = append(errs, pkgerrors.Wrapf(err, "failed to create DockerMachinePoolMachine %s", klog.KObj(m)))
+			}
 			continue
 		}
 		i.machine = m
@@ -128,7 +133,7 @@ func (r *DockerMachinePoolReconciler) deleteMachine(ctx context.Context, s *pool
 				return pkgerrors.Wrapf(err, "failed to get Machine %s", key)
 			}
 			owner = nil
-		} else if owner.Spec.InfrastructureRef.Name != name || owner.Spec.InfrastructureRef.Kind != "DockerMachinePoolMachine" {
+		} else if owner.Spec.InfrastructureRef.Name != name || owner.Spec.InfrastructureRef.Kind != "DockerMachinePoolMachine" || !s.machineOfPool(owner) {
 			owner = nil
 		}
 	}
