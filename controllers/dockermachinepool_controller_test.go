@@ -400,6 +400,8 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 		wantFreshPause  bool // WaitingSince is this reconcile's, with the data's hash now
 		wantTokenKept   bool
 		wantRefreshCall bool
+		// newest, when set, changes the newest existing container and its machine.
+		newest func(c *container.Container, m *infrav1.DockerMachinePoolMachine)
 	}{
 		{
 			name: "a pool at 0 replicas whose gate re-opened forgets the pause",
@@ -437,6 +439,33 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			wantPaused:      true,
 			wantRefreshCall: true,
 		},
+		{
+			name:          "a container booting with the current token holds the refresh",
+			world:         pausedRollout(now),
+			existing:      []string{"v1.30.0", "v1.30.0"},
+			staleHash:     true,
+			wantPaused:    true,
+			wantTokenKept: true,
+			newest:        notBootstrapped(now, true),
+		},
+		{
+			name:            "a container that died before its bootstrap does not hold the refresh",
+			world:           pausedRollout(now),
+			existing:        []string{"v1.30.0", "v1.30.0"},
+			staleHash:       true,
+			wantPaused:      true,
+			wantRefreshCall: true,
+			newest:          notBootstrapped(now, false),
+		},
+		{
+			name:            "a container not bootstrapped within twice the bootstrap timeout does not hold the refresh",
+			world:           pausedRollout(now),
+			existing:        []string{"v1.30.0", "v1.30.0"},
+			staleHash:       true,
+			wantPaused:      true,
+			wantRefreshCall: true,
+			newest:          notBootstrapped(now.Add(-2*infrav1.DefaultBootstrapTimeout-time.Second), true),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -448,9 +477,13 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			}
 			objs := tt.world.objects()
 			for i, v := range tt.existing {
-				c := nodeContainer(g, "existing-"+itoa(i), v, now)
+				c := nodeContainer(g, "existing-"+itoa(i), v, now.Add(time.Duration(i-len(tt.existing))*time.Minute))
+				m := joinedMachine(c)
+				if tt.newest != nil && i == len(tt.existing)-1 {
+					tt.newest(&c, m)
+				}
 				rt.Add(c)
-				objs = append(objs, joinedMachine(c))
+				objs = append(objs, m)
 			}
 			r, workload := newTestReconciler(g, objs, rt)
 			start := time.Now()
@@ -481,6 +514,26 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			_, refreshed := config.Annotations[BootstrapRefreshRequestedAnnotation]
 			g.Expect(refreshed).To(Equal(tt.wantRefreshCall))
 		})
+	}
+}
+
+// pausedRollout is a pool of two replicas whose rollout to v1.31.0 waits on a control plane at
+// v1.30.0, in a pause that began an hour before now.
+func pausedRollout(now time.Time) world {
+	return world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true,
+		gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",
+			WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: now.Add(-time.Hour)}}}
+}
+
+// notBootstrapped makes a container created at created, running or not, whose machine waits for
+// its node to boot.
+func notBootstrapped(created time.Time, running bool) func(*container.Container, *infrav1.DockerMachinePoolMachine) {
+	return func(c *container.Container, m *infrav1.DockerMachinePoolMachine) {
+		c.CreatedAt, c.Running = created, running
+		m.Status = infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{
+			metaCondition(infrav1.ContainerProvisionedCondition, false, infrav1.WaitingForNodeBootReason, "Waiting for the node's systemd and container runtime to start"),
+		}}
+		m.Status.Conditions[0].LastTransitionTime = metav1.Now()
 	}
 }
 

@@ -284,10 +284,13 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.BootstrapDataRefreshingReason, msg))
 	}
 
+	now, timeout := r.clock(), bootstrapTimeoutOf(s.pool)
 	for _, i := range s.active() {
-		if i.joining() {
-			setRefreshing(fmt.Sprintf("Refresh needed (%s); waiting for container %s to finish joining", why, i.name()))
-			return ctrl.Result{}, nil
+		if i.joining(now, timeout) {
+			setRefreshing(fmt.Sprintf("Refresh needed (%s); waiting for container %s to finish joining, at most until %s",
+				why, i.name(), i.container.CreatedAt.Add(joinWindow(timeout)).UTC().Format(time.RFC3339)))
+			// Its machine's changes wake the pool; the window's end may come first.
+			return ctrl.Result{RequeueAfter: i.container.CreatedAt.Add(joinWindow(timeout)).Sub(now)}, nil
 		}
 	}
 
@@ -313,7 +316,6 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
 	}
 
-	now := r.clock()
 	patch := client.MergeFrom(config.DeepCopy())
 	annotations := config.GetAnnotations()
 	if annotations == nil {

@@ -167,9 +167,21 @@ func (i *instance) bootstrapFailed() bool {
 	return false
 }
 
-// joining is true while the container may be using its bootstrap token.
-func (i *instance) joining() bool {
-	return !i.ready() && !i.bootstrapFailed() && !i.deleting()
+// joining is true while the container may be using its bootstrap token: it runs, its bootstrap
+// has neither finished nor failed, and it is younger than joinWindow. A container that does not
+// run joins nothing (its bootstrap is run by the controller, from data read then), and one that
+// never booted or never got readable data within the window is not waited for: a refresh must
+// not wait forever on a container that will never finish.
+func (i *instance) joining(now time.Time, bootstrapTimeout time.Duration) bool {
+	return i.container.Running && !i.ready() && !i.bootstrapFailed() && !i.deleting() &&
+		now.Sub(i.container.CreatedAt) < joinWindow(bootstrapTimeout)
+}
+
+// joinWindow is how long after its creation a container may still be joining: the node's boot,
+// then its bootstrap (preloaded images and commands, stopped by the machine controller at the
+// timeout), each given the pool's bootstrap timeout.
+func joinWindow(bootstrapTimeout time.Duration) time.Duration {
+	return 2 * bootstrapTimeout
 }
 
 // active returns the instances whose removal has not begun: the ones that count as replicas.
