@@ -551,6 +551,20 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 			return objs
 		}
 	}
+	// withOtherData adds another data Secret of the Cluster with the given content.
+	withOtherData := func(value string) func([]client.Object) []client.Object {
+		return func(objs []client.Object) []client.Object {
+			for _, o := range objs {
+				if s, ok := o.(*corev1.Secret); ok && s.Name == "mp-data" {
+					other := s.DeepCopy()
+					other.Name = "other-pool-data"
+					other.Data["value"] = []byte(value)
+					return append(objs, other)
+				}
+			}
+			return objs
+		}
+	}
 	fileDiscovery := strings.Replace(cloudConfig, `      bootstrapToken:
         apiServerEndpoint: 127.0.0.1:6443
         token: abcdef.0123456789abcdef
@@ -608,17 +622,17 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 			},
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
 		{name: "another data Secret of the Cluster joins with the same token: not revoked", controlPlane: "v1.30.0",
-			mutate: func(objs []client.Object) []client.Object {
-				for _, o := range objs {
-					if s, ok := o.(*corev1.Secret); ok && s.Name == "mp-data" {
-						other := s.DeepCopy()
-						other.Name = "other-pool-data"
-						return append(objs, other)
-					}
-				}
-				return objs
-			},
+			mutate: withOtherData(cloudConfig),
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "another data Secret of the Cluster cannot be read: it may hold the token, not revoked", controlPlane: "v1.30.0",
+			mutate: withOtherData("#cloud-config\nwrite_files: [unclosed\n"),
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "another data Secret names the token in a JoinConfiguration that does not parse: not revoked", controlPlane: "v1.30.0",
+			mutate: withOtherData(strings.Replace(cloudConfig, "      bootstrapToken:\n", "      bootstrapToken: [\n", 1)),
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "another data Secret of the Cluster with another token: revoked", controlPlane: "v1.30.0",
+			mutate:     withOtherData(strings.Replace(cloudConfig, "abcdef.0123456789abcdef", "ghijkl.0123456789abcdef", 1)),
+			wantReason: infrav1.BootstrapDataRefreshingReason},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

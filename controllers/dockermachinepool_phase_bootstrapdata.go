@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -232,13 +233,15 @@ func (r *DockerMachinePoolReconciler) refreshTargetOf(ctx context.Context, s *po
 		return nil, "", err
 	}
 	if shared != "" {
-		return nil, fmt.Sprintf("its bootstrap token %s is also in the data Secret %s", tokenID, shared), nil
+		return nil, fmt.Sprintf("of its bootstrap token %s, %s", tokenID, shared), nil
 	}
 	return &refreshTarget{config: config, tokenID: tokenID}, "", nil
 }
 
-// tokenSharedWith returns another data Secret of the pool's Cluster whose data joins with
-// tokenID, "" when none does.
+// tokenSharedWith says which other data Secret of the pool's Cluster joins, or may join, with
+// tokenID, "" when none does. Bootstrap data (a Secret with a format, as CABPK writes it) that
+// cannot be read may hold the token: revoking it could break another pool's joins, so it counts
+// as shared.
 func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *poolScope, dataSecret, tokenID string) (string, error) {
 	secrets := &corev1.SecretList{}
 	if err := r.APIReader.List(ctx, secrets, client.InNamespace(s.pool.Namespace),
@@ -249,12 +252,24 @@ func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *po
 		if secret.Name == dataSecret || secret.Type != clusterv1.ClusterSecretType {
 			continue
 		}
+		_, isBootstrapData := secret.Data["format"]
 		other, err := bootstrap.NewData(secret.Data["value"], string(secret.Data["format"]))
 		if err != nil {
-			continue // not bootstrap data
+			if isBootstrapData {
+				return fmt.Sprintf("the data Secret %s may hold it too and cannot be read (%v)", secret.Name, err), nil
+			}
+			continue // not bootstrap data: a kubeconfig, a certificate
 		}
-		if id, err := bootstrap.BootstrapTokenID(other); err == nil && id == tokenID {
-			return secret.Name, nil
+		id, err := bootstrap.BootstrapTokenID(other)
+		switch {
+		case err == nil && id == tokenID:
+			return "it is also in the data Secret " + secret.Name, nil
+		case err != nil && isBootstrapData && !errors.Is(err, bootstrap.ErrNoJoinConfiguration) && !errors.Is(err, bootstrap.ErrNoBootstrapToken):
+			return fmt.Sprintf("the data Secret %s may hold it too and cannot be read (%v)", secret.Name, err), nil
+		case err != nil && bytes.Contains(other.Value, []byte(tokenID+".")):
+			// A JoinConfiguration that does not parse is not one the reader finds, yet the
+			// token in it may still be used.
+			return fmt.Sprintf("the data Secret %s names it in data that cannot be read as a JoinConfiguration", secret.Name), nil
 		}
 	}
 	return "", nil
