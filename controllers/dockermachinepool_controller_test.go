@@ -806,3 +806,30 @@ func TestUnstartedContainersAreReplaced(t *testing.T) {
 		})
 	}
 }
+
+// TestFullPoolIsReadyWhileDataRefreshes: a pool with all its replicas ready is Ready while its
+// data is refreshed for a rollout that waits on the gate; BootstrapDataFresh says so alone.
+func TestFullPoolIsReadyWhileDataRefreshes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"))
+	w := pausedRollout(now)
+	w.replicas = 1
+	objs := w.objects()
+	c := nodeContainer(g, "workers-old", "v1.30.0", now.Add(-time.Hour))
+	rt.Add(c)
+	objs = append(objs, joinedMachine(c))
+	r, _ := newTestReconciler(g, objs, rt)
+	data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
+	g.Expect(err).ToNot(HaveOccurred())
+	pool := &infrav1.DockerMachinePool{}
+	g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+	pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
+	g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
+
+	pool = reconcilePool(g, r)
+	g.Expect(conditions.GetReason(pool, infrav1.BootstrapDataFreshCondition)).To(Equal(infrav1.BootstrapDataRefreshingReason))
+	g.Expect(conditions.IsTrue(pool, infrav1.ReplicasReadyCondition)).To(BeTrue())
+	g.Expect(conditions.IsTrue(pool, infrav1.ReadyCondition)).To(BeTrue(), "%+v", conditions.Get(pool, infrav1.ReadyCondition))
+}

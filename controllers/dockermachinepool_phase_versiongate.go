@@ -9,8 +9,10 @@ import (
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -72,6 +74,11 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 	s.decision = &decision
 
 	gate := &s.pool.Status.VersionGate
+	if decision.Verdict != skew.Proceed && (gate.WaitingSince == nil || gate.WaitingReason == "") {
+		if err := r.readRecordedPause(ctx, s.pool); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	previousReason := gate.WaitingReason
 	gate.TargetVersion = s.targetVersion
 	conditions.Set(s.pool, decision.Condition(infrav1.VersionSkewCondition))
@@ -108,6 +115,22 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 	}
 	metrics.RecordVersionGate(s.pool.Namespace, s.pool.Name, true, gate.WaitingReason, gate.WaitingSince.Time, r.clock())
 	return ctrl.Result{}, nil
+}
+
+// readRecordedPause takes the pause recorded on the API server when the pool, read from the
+// cache, shows none: a copy older than the reconcile that began the pause would begin it again
+// with the data of now, which a refresh may already have renewed, and revoke that fresh token.
+// A live read happens only when a pause seems to begin.
+func (r *DockerMachinePoolReconciler) readRecordedPause(ctx context.Context, pool *infrav1.DockerMachinePool) error {
+	live := &infrav1.DockerMachinePool{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), live); err != nil {
+		return pkgerrors.Wrapf(err, "failed to read the version gate of DockerMachinePool %s", klog.KObj(pool))
+	}
+	if recorded := live.Status.VersionGate; recorded.WaitingSince != nil && recorded.WaitingReason != "" {
+		gate := &pool.Status.VersionGate
+		gate.WaitingSince, gate.WaitingReason, gate.BootstrapDataHashAtPause = recorded.WaitingSince, recorded.WaitingReason, recorded.BootstrapDataHashAtPause
+	}
+	return nil
 }
 
 // containerList names a few containers, so that a condition message stays short on a big pool.

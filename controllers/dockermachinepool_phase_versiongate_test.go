@@ -7,6 +7,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -175,4 +177,67 @@ func TestVersionGateUnreadableVersionLabel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// staleCache serves one DockerMachinePool as an earlier reconcile left it, as a cache that has
+// not seen the latest patch does; writes and other reads go to the client.
+type staleCache struct {
+	client.Client
+	pool *infrav1.DockerMachinePool
+}
+
+func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if pool, ok := obj.(*infrav1.DockerMachinePool); ok && key == client.ObjectKeyFromObject(c.pool) {
+		c.pool.DeepCopyInto(pool)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestVersionGateStaleCacheKeepsThePause: a pool read from a cache that has not seen the patch
+// that began its pause does not begin it again: the pause keeps its start and the data it found
+// then, and the data the refresh renewed since is not refreshed again (no second revocation).
+func TestVersionGateStaleCacheKeepsThePause(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"))
+	w := pausedRollout(now)
+	w.replicas = 1
+	// Before the pause: the gate admitted v1.30.0 and waits for nothing.
+	w.gate = infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0"}
+	objs := w.objects()
+	objs[len(objs)-1].SetAnnotations(map[string]string{infrav1.PoolUIDAnnotation: "pool-uid"})
+	c := nodeContainer(g, "workers-old", "v1.30.0", now.Add(-time.Hour))
+	rt.Add(c)
+	objs = append(objs, joinedMachine(c))
+	r, workload := newTestReconciler(g, objs, rt)
+	key := client.ObjectKey{Namespace: testNamespace, Name: testPool}
+	beforePause := &infrav1.DockerMachinePool{}
+	g.Expect(r.Client.Get(ctx, key, beforePause)).To(Succeed())
+
+	// The pause began an hour ago, with data the refresh has renewed since; the cache has not
+	// seen that patch.
+	paused := beforePause.DeepCopy()
+	paused.Status.VersionGate.WaitingReason = string(skew.ControlPlaneOlder)
+	paused.Status.VersionGate.WaitingSince = &metav1.Time{Time: now.Add(-time.Hour)}
+	paused.Status.VersionGate.BootstrapDataHashAtPause = "data-at-the-pause"
+	g.Expect(r.Client.Status().Update(ctx, paused)).To(Succeed())
+	r.Client = staleCache{Client: r.Client, pool: beforePause}
+
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	// The stale copy's conditions cannot be patched over the newer object: the reconcile is
+	// retried, as with a real cache. What it did before the patch is what counts.
+	if err != nil {
+		g.Expect(err.Error()).To(ContainSubstring("failed to patch status conditions"), "only the patch of the stale copy may fail")
+	}
+
+	g.Expect(workload.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"}, &corev1.Secret{})).To(Succeed(),
+		"the renewed token is not revoked again")
+	pool := &infrav1.DockerMachinePool{}
+	g.Expect(r.APIReader.Get(ctx, key, pool)).To(Succeed())
+	gate := pool.Status.VersionGate
+	g.Expect(gate.WaitingSince).ToNot(BeNil())
+	g.Expect(gate.WaitingSince.Time).To(BeTemporally("~", now.Add(-time.Hour), time.Second), "the pause keeps its start")
+	g.Expect(gate.BootstrapDataHashAtPause).To(Equal("data-at-the-pause"))
 }

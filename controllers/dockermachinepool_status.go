@@ -87,9 +87,11 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope, reconcileErr er
 	}
 
 	// Ready summarises what a user must act on or wait for. The version gate waiting is not a
-	// failure of the pool, so it is reported through ReplicasReady/MachinesCreated, not Ready.
+	// failure of the pool, so it is reported through ReplicasReady/MachinesCreated, not Ready;
+	// nor is data that is not fresh while the pool has all it needs: data that holds a creation
+	// back says so in MachinesCreated.
 	if err := conditions.SetSummaryCondition(pool, pool, infrav1.ReadyCondition,
-		conditions.ForConditionTypes{infrav1.ReplicasReadyCondition, infrav1.MachinesCreatedCondition, infrav1.BootstrapDataFreshCondition},
+		conditions.ForConditionTypes{infrav1.ReplicasReadyCondition, infrav1.MachinesCreatedCondition},
 	); err != nil {
 		return pkgerrors.Wrap(err, "failed to summarise the Ready condition")
 	}
