@@ -209,6 +209,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		wrapPhase(r.reconcileUnstartedContainers, "failed to remove containers never started"),
 		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
 		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
+		wrapPhase(r.reconcileKubeletSkew, "failed to judge the pool's kubelets against the version skew policy"),
 		wrapPhase(r.reconcileRemediation, "failed to remediate unhealthy Machines"),
 		wrapPhase(r.reconcileScaleDown, "failed to scale down"),
 		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
@@ -270,6 +271,7 @@ func (r *DockerMachinePoolReconciler) runPhases(ctx context.Context, s *poolScop
 				infrav1.ReplicasReadyCondition,
 				infrav1.MachinesCreatedCondition,
 				infrav1.VersionSkewCondition,
+				infrav1.KubeletSkewCondition,
 				infrav1.BootstrapDataFreshCondition,
 			}},
 		}

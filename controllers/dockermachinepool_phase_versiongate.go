@@ -59,6 +59,9 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		decision = skew.Decide(input)
 	default:
 		input.ControlPlane, err = skew.ReadControlPlane(cp)
+		if err == nil && input.ControlPlane.Initialized {
+			s.controlPlaneVersions = input.ControlPlane.Versions
+		}
 		if err != nil {
 			decision = skew.Decision{Verdict: skew.Wait, Reason: skew.InvalidVersion,
 				Message: fmt.Sprintf("%s %s does not honour the control plane contract: %v", cp.GetKind(), cp.GetName(), err)}
@@ -150,4 +153,53 @@ func displayVersion(v string) string {
 		return "an unknown version"
 	}
 	return v
+}
+
+// reconcileKubeletSkew reports the pool's kubelets that break the version skew policy against the
+// control plane as it runs now (skew.Violations, the rule the gate admits by): one the gate
+// admitted falls out of policy when the control plane moves more than three minors ahead of it,
+// or is downgraded below it. Nothing the pool can do fixes that; it says so in the
+// KubeletsWithinSkewPolicy condition, a warning event and the capdmp_kubelets_out_of_skew_policy
+// metric.
+func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	if len(s.controlPlaneVersions) == 0 {
+		conditions.Set(s.pool, metav1.Condition{Type: infrav1.KubeletSkewCondition, Status: metav1.ConditionUnknown,
+			Reason: infrav1.KubeletSkewUnknownReason, Message: "The control plane reports no version to judge the pool's kubelets by"})
+		metrics.KubeletsOutOfPolicy.WithLabelValues(s.pool.Namespace, s.pool.Name).Set(0)
+		return ctrl.Result{}, nil
+	}
+	var outOfPolicy []string
+	for _, i := range s.active() {
+		v, err := i.runningVersion()
+		if err != nil {
+			continue // reported by the gate as not counted
+		}
+		violations, err := skew.Violations([]string{v}, s.controlPlaneVersions)
+		if err != nil {
+			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to judge the pool's kubelets against the control plane")
+		}
+		for _, violation := range violations {
+			outOfPolicy = append(outOfPolicy, fmt.Sprintf("%s (%s)", i.name(), violation))
+		}
+	}
+	metrics.KubeletsOutOfPolicy.WithLabelValues(s.pool.Namespace, s.pool.Name).Set(float64(len(outOfPolicy)))
+	if len(outOfPolicy) == 0 {
+		conditions.Set(s.pool, metaCondition(infrav1.KubeletSkewCondition, true, infrav1.KubeletsWithinSkewPolicyReason, ""))
+		return ctrl.Result{}, nil
+	}
+	const maxNamed = 3
+	counted := fmt.Sprintf("%d kubelets break", len(outOfPolicy))
+	if len(outOfPolicy) == 1 {
+		counted = "1 kubelet breaks"
+	}
+	msg := fmt.Sprintf("%s the version skew policy: %s", counted, strings.Join(outOfPolicy[:min(len(outOfPolicy), maxNamed)], "; "))
+	if len(outOfPolicy) > maxNamed {
+		msg += fmt.Sprintf("; and %d more", len(outOfPolicy)-maxNamed)
+	}
+	if previous := conditions.Get(s.pool, infrav1.KubeletSkewCondition); previous == nil || previous.Message != msg {
+		ctrl.LoggerFrom(ctx).Info("Kubelets of the pool break the version skew policy", "kubelets", outOfPolicy)
+		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.KubeletsOutOfSkewPolicyReason, "%s", msg)
+	}
+	conditions.Set(s.pool, metaCondition(infrav1.KubeletSkewCondition, false, infrav1.KubeletsOutOfSkewPolicyReason, msg))
+	return ctrl.Result{}, nil
 }

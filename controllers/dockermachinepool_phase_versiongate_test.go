@@ -7,8 +7,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -17,6 +19,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+	"github.com/capdmp/capdmp/internal/metrics"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -240,4 +243,76 @@ func TestVersionGateStaleCacheKeepsThePause(t *testing.T) {
 	g.Expect(gate.WaitingSince).ToNot(BeNil())
 	g.Expect(gate.WaitingSince.Time).To(BeTemporally("~", now.Add(-time.Hour), time.Second), "the pause keeps its start")
 	g.Expect(gate.BootstrapDataHashAtPause).To(Equal("data-at-the-pause"))
+}
+
+// TestKubeletsOutOfSkewPolicy: kubelets the gate admitted that the control plane left behind
+// (more than three minors ahead) or moved below (a downgrade) are named in a condition, an
+// event and a metric; none are while the control plane reports no version.
+func TestKubeletsOutOfSkewPolicy(t *testing.T) {
+	tests := []struct {
+		name         string
+		controlPlane []string // empty: not initialized
+		running      []string // versions of the pool's containers
+		wantStatus   metav1.ConditionStatus
+		wantReason   string
+		wantNamed    []string // in the message
+		wantOut      float64
+	}{
+		{name: "within the policy", controlPlane: []string{"v1.34.0"}, running: []string{"v1.31.0", "v1.34.0"},
+			wantStatus: metav1.ConditionTrue, wantReason: infrav1.KubeletsWithinSkewPolicyReason},
+		{name: "the control plane more than three minors ahead", controlPlane: []string{"v1.35.0"}, running: []string{"v1.31.0", "v1.34.0"},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.KubeletsOutOfSkewPolicyReason,
+			wantNamed: []string{"existing-0", "kubelet v1.31.0 more than 3 minors older than kube-apiserver v1.35.0"}, wantOut: 1},
+		{name: "the control plane downgraded below the kubelets", controlPlane: []string{"v1.33.0"}, running: []string{"v1.34.0", "v1.34.0"},
+			wantStatus: metav1.ConditionFalse, wantReason: infrav1.KubeletsOutOfSkewPolicyReason,
+			wantNamed: []string{"2 kubelets break", "existing-0", "existing-1", "kubelet v1.34.0 newer than kube-apiserver v1.33.0"}, wantOut: 2},
+		{name: "the control plane reports no version", running: []string{"v1.34.0"},
+			wantStatus: metav1.ConditionUnknown, wantReason: infrav1.KubeletSkewUnknownReason},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fakeruntime.New(image(g, "v1.34.0"))
+			w := world{controlPlaneVersions: tt.controlPlane, machinePoolVersion: "v1.34.0", replicas: int32(len(tt.running)), dataSecret: true}
+			objs := w.objects()
+			for i, v := range tt.running {
+				c := nodeContainer(g, "existing-"+itoa(i), v, time.Now().Add(time.Duration(i)*time.Second))
+				rt.Add(c)
+				objs = append(objs, joinedMachine(c))
+			}
+			r, _ := newTestReconciler(g, objs, rt)
+			recorder := record.NewFakeRecorder(20)
+			r.recorder = recorder
+			metrics.ForgetPool(testNamespace, testPool)
+			t.Cleanup(func() { metrics.ForgetPool(testNamespace, testPool) })
+
+			pool := reconcilePool(g, r)
+			cond := conditions.Get(pool, infrav1.KubeletSkewCondition)
+			g.Expect(cond).ToNot(BeNil())
+			g.Expect(cond.Status).To(Equal(tt.wantStatus), cond.Message)
+			g.Expect(cond.Reason).To(Equal(tt.wantReason), cond.Message)
+			for _, s := range tt.wantNamed {
+				g.Expect(cond.Message).To(ContainSubstring(s))
+			}
+			g.Expect(testutil.ToFloat64(metrics.KubeletsOutOfPolicy.WithLabelValues(testNamespace, testPool))).To(Equal(tt.wantOut))
+			var warnings []string
+			for len(recorder.Events) > 0 {
+				if e := <-recorder.Events; strings.Contains(e, infrav1.KubeletsOutOfSkewPolicyReason) {
+					warnings = append(warnings, e)
+				}
+			}
+			if tt.wantOut > 0 {
+				g.Expect(warnings).To(HaveLen(1))
+				g.Expect(warnings[0]).To(ContainSubstring(tt.wantNamed[len(tt.wantNamed)-1]))
+			} else {
+				g.Expect(warnings).To(BeEmpty())
+			}
+
+			// The same finding again is not a new event.
+			reconcilePool(g, r)
+			for len(recorder.Events) > 0 {
+				g.Expect(<-recorder.Events).ToNot(ContainSubstring(infrav1.KubeletsOutOfSkewPolicyReason))
+			}
+		})
+	}
 }

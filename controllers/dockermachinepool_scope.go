@@ -38,7 +38,10 @@ type poolScope struct {
 	orphanMachines []*infrav1.DockerMachinePoolMachine
 
 	controlPlane *unstructured.Unstructured
-	decision     *skew.Decision
+	// controlPlaneVersions are the versions the control plane reports (the contract's
+	// status.versions, else status.version); nil while it is not initialized or reports none.
+	controlPlaneVersions []string
+	decision             *skew.Decision
 
 	// data is the MachinePool's bootstrap data as read in this reconcile; nil until read or
 	// when there is none yet. renderPending says why it no longer matches its bootstrap config

@@ -43,6 +43,18 @@ const (
 	// now; false while the version-skew gate makes it wait. Its reasons are those of pkg/skew.
 	VersionSkewCondition = "VersionSkewAdmitted"
 
+	// KubeletSkewCondition is true when every kubelet of the pool honours the version skew policy
+	// against the control plane's versions; false, naming them, when the control plane moved more
+	// than three minors ahead of some or was downgraded below them; unknown while the control
+	// plane reports no version.
+	KubeletSkewCondition = "KubeletsWithinSkewPolicy"
+	// KubeletsWithinSkewPolicyReason: every kubelet of the pool honours the skew policy.
+	KubeletsWithinSkewPolicyReason = "WithinPolicy"
+	// KubeletsOutOfSkewPolicyReason: some kubelets of the pool break the skew policy.
+	KubeletsOutOfSkewPolicyReason = "OutOfPolicy"
+	// KubeletSkewUnknownReason: the control plane reports no version to judge the kubelets by.
+	KubeletSkewUnknownReason = "ControlPlaneUnknown"
+
 	// BootstrapDataFreshCondition is false while the pool waits for the bootstrap provider to
 	// re-render data that is older than a pause or was rendered for another Kubernetes version.
 	BootstrapDataFreshCondition = "BootstrapDataFresh"

@@ -38,6 +38,13 @@ var (
 		Help: "Times the DockerMachinePool's version gate went from waiting to admitting its target version.",
 	}, []string{namespaceLabel, nameLabel})
 
+	// KubeletsOutOfPolicy is how many of a pool's kubelets break the version skew policy against
+	// the control plane, as of the pool's last reconcile.
+	KubeletsOutOfPolicy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "capdmp_kubelets_out_of_skew_policy",
+		Help: "Kubelets of the DockerMachinePool that break the version skew policy against the control plane (newer than its oldest kube-apiserver, or more than three minors older than its newest).",
+	}, []string{namespaceLabel, nameLabel})
+
 	// BootstrapDataRefreshes counts the fresh bootstrap data a pool asked its bootstrap provider for.
 	BootstrapDataRefreshes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "capdmp_bootstrap_data_refreshes_total",
@@ -92,7 +99,7 @@ const (
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		VersionGateWaiting, VersionGateWaitingSeconds, VersionGateReopens, BootstrapDataRefreshes,
-		BootstrapDuration, BootstrapFailures, DockerRequests, DockerRequestDuration,
+		KubeletsOutOfPolicy, BootstrapDuration, BootstrapFailures, DockerRequests, DockerRequestDuration,
 	}
 }
 
@@ -124,7 +131,7 @@ func RecordVersionGate(namespace, name string, waiting bool, reason string, wait
 func ForgetPool(namespace, name string) {
 	pool := prometheus.Labels{namespaceLabel: namespace, nameLabel: name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		VersionGateWaiting, VersionGateWaitingSeconds, VersionGateReopens, BootstrapDataRefreshes,
+		VersionGateWaiting, VersionGateWaitingSeconds, VersionGateReopens, BootstrapDataRefreshes, KubeletsOutOfPolicy,
 	} {
 		v.DeletePartialMatch(pool)
 	}

@@ -27,5 +27,5 @@ func TestDocumented(t *testing.T) {
 		g.Expect(string(doc)).To(ContainSubstring("`"+m[1]+"`"), "docs/controller.md lists %s", m[1])
 		n++
 	}
-	g.Expect(n).To(Equal(8))
+	g.Expect(n).To(Equal(9))
 }
