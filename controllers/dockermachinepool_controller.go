@@ -210,9 +210,10 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		wrapPhase(r.reconcileMachinePoolMachines, "failed to reconcile DockerMachinePoolMachines"),
 		wrapPhase(r.reconcileVersionGate, "failed to reconcile the version-skew gate"),
 		wrapPhase(r.reconcileKubeletSkew, "failed to judge the pool's kubelets against the version skew policy"),
-		wrapPhase(r.reconcileRemediation, "failed to remediate unhealthy Machines"),
+		wrapPhase(r.reconcileRemediationCandidates, "failed to find the unhealthy Machines to remediate"),
 		wrapPhase(r.reconcileScaleDown, "failed to scale down"),
 		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
+		wrapPhase(r.reconcileRemediation, "failed to remediate unhealthy Machines"),
 		wrapPhase(r.reconcileScaleUp, "failed to scale up"),
 		wrapPhase(r.reconcileSync, "failed to schedule the next container sync"),
 	})

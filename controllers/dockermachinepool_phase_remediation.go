@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -18,15 +19,13 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
 
-// reconcileRemediation replaces the pool's Machines that a MachineHealthCheck found unhealthy and
-// handed to their owner (HealthCheckSucceeded and OwnerRemediated False), as a MachineSet does for
-// its own: it records on each Machine that it is being deleted, then deletes it, so that Cluster
-// API drains its Node; scale-up makes the replacement under the gate's decision of that moment
-// (the last admitted version while the gate is closed). While the gate admits no version the pool
-// has an image for, a replacement cannot be made, and remediation waits rather than only remove
-// capacity. Machines found healthy again lose their OwnerRemediated condition.
-func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, s *poolScope) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
+// reconcileRemediationCandidates picks the pool's Machines that a MachineHealthCheck found
+// unhealthy and handed to their owner (HealthCheckSucceeded and OwnerRemediated False), up to
+// spec.remediation.maxInFlight counting those already being deleted, for reconcileRemediation to
+// replace once the creation plan is known; planCreation counts them as gone, so that their
+// replacements are planned with them. Machines found healthy again lose their OwnerRemediated
+// condition.
+func (r *DockerMachinePoolReconciler) reconcileRemediationCandidates(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	var errs []error
 	var unhealthy []*instance
 	for _, i := range s.active() {
@@ -40,14 +39,71 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 			}
 		}
 	}
-	if len(errs) > 0 || len(unhealthy) == 0 {
+	if len(errs) > 0 {
 		return ctrl.Result{}, kerrors.NewAggregate(errs)
 	}
+	allowed := len(unhealthy)
+	if limit, ok := s.maxRemediationsInFlight(); ok {
+		inFlight := 0
+		for _, i := range s.instances {
+			if i.deleting() && i.owner != nil && conditions.GetReason(i.owner, clusterv1.MachineOwnerRemediatedCondition) == infrav1.MachineRemediationMachineDeletingReason {
+				inFlight++
+			}
+		}
+		allowed = min(max(limit-inFlight, 0), len(unhealthy))
+		deferred := &metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.MachineRemediationDeferredReason, Message: fmt.Sprintf("Waiting for %d remediations in flight to finish (spec.remediation.maxInFlight %d)", inFlight, limit)}
+		for _, i := range unhealthy[allowed:] {
+			if err := r.patchOwnerRemediated(ctx, i.owner, deferred, nil); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	s.remediations = unhealthy[:allowed]
+	return ctrl.Result{}, kerrors.NewAggregate(errs)
+}
 
-	if _, _, blocked := s.creatableImage(); blocked != "" {
+// reconcileRemediation replaces the Machines reconcileRemediationCandidates picked, as a
+// MachineSet does for its own: it records on each Machine that it is being deleted, then deletes
+// it, so that Cluster API drains its Node; scale-up then makes the replacement under the gate's
+// decision of that moment (the last admitted version while the gate is closed). A Machine is
+// deleted only when its replacement can be made now: whatever holds the creation back (the gate,
+// bootstrap data missing, unreadable or waiting for a refresh, a host path refused, a missing
+// image) defers the remediation rather than only remove capacity.
+func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var candidates []*instance
+	for _, i := range s.remediations {
+		if !i.deleting() {
+			candidates = append(candidates, i)
+		}
+	}
+	if len(candidates) == 0 {
+		return ctrl.Result{}, nil
+	}
+
+	blocked := ""
+	if plan := s.creation; plan.count > 0 {
+		switch {
+		case plan.blockedReason != "":
+			blocked = plan.blockedMessage
+		case plan.image == "":
+			_, _, blocked = s.creatableImage()
+		default:
+			refusal, err := r.refuseCreation(ctx, s, plan.image)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if refusal != nil {
+				blocked = refusal.message
+			}
+		}
+	}
+	var errs []error
+	if blocked != "" {
 		deferred := &metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse,
 			Reason: infrav1.MachineRemediationDeferredReason, Message: "Waiting until the pool can create a replacement: " + blocked}
-		for _, i := range unhealthy {
+		for _, i := range candidates {
 			if err := r.patchOwnerRemediated(ctx, i.owner, deferred, nil); err != nil {
 				errs = append(errs, err)
 			}
@@ -62,7 +118,7 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 	// The MachineHealthCheck still reads the v1beta1 condition to hand a Machine over again; a
 	// MachineSet sets it True here too.
 	deletingV1Beta1 := &clusterv1.Condition{Type: clusterv1.MachineOwnerRemediatedV1Beta1Condition, Status: corev1.ConditionTrue} //nolint:staticcheck // see above
-	for _, i := range unhealthy {
+	for _, i := range candidates {
 		if err := r.patchOwnerRemediated(ctx, i.owner, deleting, deletingV1Beta1); err != nil {
 			errs = append(errs, err)
 			continue

@@ -8,11 +8,14 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -56,6 +59,10 @@ func TestDockerMachinePoolRemediation(t *testing.T) {
 		wantReason      string
 		wantDeleted     bool
 		wantNewVersions []string // versions of the containers created by the reconcile
+		// images are on the engine; v1.31.0 and v1.32.0 when nil.
+		images []string
+		// wantMessage is a substring of the OwnerRemediated message.
+		wantMessage string
 	}{
 		{
 			name:            "unhealthy: deleted and replaced at the target",
@@ -81,6 +88,33 @@ func TestDockerMachinePoolRemediation(t *testing.T) {
 			wantReason: infrav1.MachineRemediationDeferredReason,
 		},
 		{
+			name:        "unhealthy and no bootstrap data to replace it with: deferred, kept",
+			world:       world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2},
+			conds:       unhealthy,
+			wantReason:  infrav1.MachineRemediationDeferredReason,
+			wantMessage: "data secret",
+		},
+		{
+			name: "unhealthy while the data waits for a refresh: deferred, kept",
+			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: 2, dataSecret: true,
+				gate: func() infrav1.DockerMachinePoolVersionGateStatus {
+					gate := *admittedV131.DeepCopy()
+					gate.BootstrapDataHashAtPause = testDataHash(t)
+					return gate
+				}()},
+			conds:       unhealthy,
+			wantReason:  infrav1.MachineRemediationDeferredReason,
+			wantMessage: "newer than the pause",
+		},
+		{
+			name:        "unhealthy and the image of its replacement is missing: deferred, kept",
+			world:       world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: 2, dataSecret: true, gate: admittedV131},
+			images:      []string{"v1.32.0"},
+			conds:       unhealthy,
+			wantReason:  infrav1.MachineRemediationDeferredReason,
+			wantMessage: "kindest/node:v1.31.0 is not present",
+		},
+		{
 			name:  "healthy again: the condition is removed, the Machine kept",
 			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true},
 			conds: healthyAgain,
@@ -90,7 +124,14 @@ func TestDockerMachinePoolRemediation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			rt := fakeruntime.New(image(g, "v1.31.0"), image(g, "v1.32.0"))
+			images := tt.images
+			if images == nil {
+				images = []string{"v1.31.0", "v1.32.0"}
+			}
+			rt := fakeruntime.New()
+			for _, v := range images {
+				rt.AddImage(image(g, v))
+			}
 			healthy := nodeContainer(g, "workers-healthy", "v1.31.0", rt.Now().Add(-time.Hour))
 			sick := nodeContainer(g, "workers-sick", "v1.31.0", rt.Now().Add(-time.Hour))
 			rt.Add(healthy)
@@ -108,6 +149,7 @@ func TestDockerMachinePoolRemediation(t *testing.T) {
 			} else {
 				g.Expect(remediated).ToNot(BeNil())
 				g.Expect(remediated.Reason).To(Equal(tt.wantReason), remediated.Message)
+				g.Expect(remediated.Message).To(ContainSubstring(tt.wantMessage))
 			}
 
 			other := &clusterv1.Machine{}
@@ -133,4 +175,73 @@ func labelValues(g Gomega, versions []string) []string {
 		out = append(out, l)
 	}
 	return out
+}
+
+// testDataHash is the hash of the test's bootstrap data, as the pool records it.
+func testDataHash(t *testing.T) string {
+	data, err := bootstrap.NewData([]byte(cloudConfig), bootstrap.FormatCloudConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data.Hash
+}
+
+// TestRemediationMaxInFlight: with spec.remediation.maxInFlight set, the pool deletes no more
+// unhealthy Machines than it allows, counting those still being deleted; the others wait, and
+// say why.
+func TestRemediationMaxInFlight(t *testing.T) {
+	unhealthy := []metav1.Condition{
+		machineCondition(clusterv1.MachineHealthCheckSucceededCondition, metav1.ConditionFalse, clusterv1.MachineHealthCheckNodeStartupTimeoutReason),
+		machineCondition(clusterv1.MachineOwnerRemediatedCondition, metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason),
+	}
+	tests := []struct {
+		name        string
+		maxInFlight *intstr.IntOrString
+		wantDeleted int
+	}{
+		{name: "no limit: every unhealthy Machine at once", wantDeleted: 3},
+		{name: "one at a time", maxInFlight: ptr.To(intstr.FromInt32(1)), wantDeleted: 1},
+		{name: "a percentage of the desired count, rounded up", maxInFlight: ptr.To(intstr.FromString("40%")), wantDeleted: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			rt := fakeruntime.New(image(g, "v1.31.0"))
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 4, dataSecret: true}
+			objs := w.objects()
+			objs[len(objs)-1].(*infrav1.DockerMachinePool).Spec.Remediation.MaxInFlight = tt.maxInFlight
+			var sick []string
+			for i := range 4 {
+				c := nodeContainer(g, "workers-"+itoa(i), "v1.31.0", rt.Now().Add(-time.Hour))
+				rt.Add(c)
+				conds := unhealthy
+				if i == 0 {
+					conds = nil
+				} else {
+					sick = append(sick, c.Name)
+				}
+				objs = append(objs, joinedMachine(c), ownerMachine(c.Name, conds...))
+			}
+			r, _ := newTestReconciler(g, objs, rt)
+			deleted := func() (n int) {
+				for _, name := range sick {
+					m := &clusterv1.Machine{}
+					g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
+					if !m.DeletionTimestamp.IsZero() {
+						n++
+					} else if tt.maxInFlight != nil {
+						g.Expect(conditions.GetReason(m, clusterv1.MachineOwnerRemediatedCondition)).To(Equal(infrav1.MachineRemediationDeferredReason))
+						g.Expect(conditions.GetMessage(m, clusterv1.MachineOwnerRemediatedCondition)).To(ContainSubstring("remediations in flight"))
+					}
+				}
+				return n
+			}
+			reconcilePool(g, r)
+			g.Expect(deleted()).To(Equal(tt.wantDeleted))
+			// The deleted ones are in flight until they are gone: nothing more is deleted.
+			reconcilePool(g, r)
+			g.Expect(deleted()).To(Equal(tt.wantDeleted))
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	pkgerrors "github.com/pkg/errors"
 	"golang.org/x/sync/errgroup"
@@ -103,7 +104,14 @@ func (s *poolScope) deletionOrder(in []*instance) []*instance {
 // when the gate admits it, otherwise the last admitted version for replacements and scale-up.
 func (s *poolScope) planCreation() creationPlan {
 	surge := s.surge()
-	missing := s.desiredReplicas() + surge - len(s.active())
+	// The Machines remediation deletes in this reconcile are replaced with it.
+	remediated := 0
+	for _, i := range s.remediations {
+		if !i.deleting() {
+			remediated++
+		}
+	}
+	missing := s.desiredReplicas() + surge - len(s.active()) + remediated
 	if surge > 0 {
 		// A rollout makes no more new containers than the desired count.
 		current := 0
@@ -154,28 +162,16 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 	}
 	log := ctrl.LoggerFrom(ctx)
 
-	if refusal := r.refusedMount(s.pool.Spec.Template.ExtraMounts); refusal != "" {
-		plan.blockedReason = infrav1.HostPathNotAllowedReason
-		plan.blockedMessage = "Not creating " + pluralContainers(plan.count) + ": " + refusal
+	if refusal, err := r.refuseCreation(ctx, s, plan.image); err != nil || refusal != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		plan.blockedReason = refusal.reason
+		plan.blockedMessage = "Not creating " + pluralContainers(plan.count) + ": " + refusal.message
 		setMachinesCreated(s, plan)
-		log.Info("Not creating containers: a host path is not allowed", "reason", refusal)
-		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.HostPathNotAllowedReason, "%s", plan.blockedMessage)
-		// Only an edit of the pool or a manager restarted with another flag can change the answer;
-		// both trigger a reconcile.
-		return ctrl.Result{}, nil
-	}
-
-	exists, err := r.Runtime.ImageExists(ctx, plan.image)
-	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to look up image %s", plan.image)
-	}
-	if !exists {
-		plan.blockedReason = infrav1.ImageNotFoundReason
-		plan.blockedMessage = "Image " + plan.image + " is not present on the Docker engine; CAPDMP never pulls: build or load it"
-		setMachinesCreated(s, plan)
-		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.ImageNotFoundReason, "%s", plan.blockedMessage)
-		// Images have no watch; look again later.
-		return ctrl.Result{RequeueAfter: imageRetryPeriod}, nil
+		log.Info("Not creating containers", "reason", refusal.reason, "message", refusal.message)
+		r.eventf(s.pool, corev1.EventTypeWarning, refusal.reason, "%s", plan.blockedMessage)
+		return ctrl.Result{RequeueAfter: refusal.retryAfter}, nil
 	}
 	if err := r.Runtime.EnsureNetwork(ctx, r.network()); err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to ensure Docker network %s", r.network())
@@ -246,6 +242,36 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 	r.pauseFinished(s, plan)
 	setMachinesCreated(s, creationPlan{})
 	return ctrl.Result{}, nil
+}
+
+// creationRefusal says why the pool may not create a container of an image now, although the
+// gate and the bootstrap data allow it.
+type creationRefusal struct {
+	reason, message string
+	// retryAfter asks for another look when nothing will trigger one; 0 when a watched change
+	// can.
+	retryAfter time.Duration
+}
+
+// refuseCreation checks what scale-up and remediation both need before a container of image is
+// made: every host path the pool mounts is allowed, and the image is on the engine (it is never
+// pulled). It returns nil when nothing stands in the way.
+func (r *DockerMachinePoolReconciler) refuseCreation(ctx context.Context, s *poolScope, image string) (*creationRefusal, error) {
+	if refusal := r.refusedMount(s.pool.Spec.Template.ExtraMounts); refusal != "" {
+		// Only an edit of the pool or a manager restarted with another flag can change the
+		// answer; both trigger a reconcile.
+		return &creationRefusal{reason: infrav1.HostPathNotAllowedReason, message: refusal}, nil
+	}
+	exists, err := r.Runtime.ImageExists(ctx, image)
+	if err != nil {
+		return nil, pkgerrors.Wrapf(err, "failed to look up image %s", image)
+	}
+	if !exists {
+		// Images have no watch; look again later.
+		return &creationRefusal{reason: infrav1.ImageNotFoundReason, retryAfter: imageRetryPeriod,
+			message: "image " + image + " is not present on the Docker engine; CAPDMP never pulls: build or load it"}, nil
+	}
+	return nil, nil
 }
 
 // createInstance creates one container and its DockerMachinePoolMachine. It returns the instance

@@ -49,6 +49,10 @@ type poolScope struct {
 	data          *bootstrap.Data
 	renderPending string
 
+	// remediations are the unhealthy instances this reconcile replaces, within maxInFlight;
+	// planCreation counts them as gone.
+	remediations []*instance
+
 	// creation is what scale-up may create now, decided by the gate and the bootstrap data.
 	creation creationPlan
 }
@@ -270,6 +274,21 @@ func (s *poolScope) surge() int {
 	}
 	maxSurge, _ := s.rollingUpdate()
 	return maxSurge
+}
+
+// maxRemediationsInFlight resolves spec.remediation.maxInFlight against the desired count,
+// rounded up and at least 1; ok is false when it is unset (no limit) or the webhook would refuse
+// it.
+func (s *poolScope) maxRemediationsInFlight() (limit int, ok bool) {
+	maxInFlight := s.pool.Spec.Remediation.MaxInFlight
+	if maxInFlight == nil {
+		return 0, false
+	}
+	limit, err := intstr.GetScaledValueFromIntOrPercent(maxInFlight, s.desiredReplicas(), true)
+	if err != nil || limit < 0 {
+		return 0, false
+	}
+	return max(limit, 1), true
 }
 
 // rollingUpdate resolves spec.strategy.rollingUpdate against the desired count: maxSurge (1 when

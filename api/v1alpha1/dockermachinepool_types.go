@@ -99,6 +99,23 @@ type DockerMachinePoolSpec struct {
 	// otherwise. The version-skew gate decides every replacement whatever the strategy.
 	// +optional
 	Strategy DockerMachinePoolStrategy `json:"strategy,omitempty,omitzero"`
+
+	// remediation bounds how the pool replaces Machines that a MachineHealthCheck found
+	// unhealthy, as a MachineDeployment's remediation does for its MachineSets.
+	// +optional
+	Remediation DockerMachinePoolRemediation `json:"remediation,omitempty,omitzero"`
+}
+
+// DockerMachinePoolRemediation bounds the pool's remediation of unhealthy Machines.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolRemediation struct {
+	// maxInFlight is how many unhealthy Machines the pool deletes and replaces at a time: a
+	// number, or a percentage of the desired replica count, rounded up (at least 1). A Machine is
+	// in flight from its deletion until it is gone. No limit when unset, as a MachineSet's.
+	// Whatever the limit, a Machine is deleted only when the pool can create its replacement now.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	MaxInFlight *intstr.IntOrString `json:"maxInFlight,omitempty"`
 }
 
 // DockerMachinePoolStrategy says how a pool replaces its outdated containers.
