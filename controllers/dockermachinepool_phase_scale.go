@@ -199,6 +199,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 			Labels: map[string]string{
 				infrav1.ClusterNameLabel:            s.cluster.Name,
 				infrav1.PoolNameLabel:               s.pool.Name,
+				infrav1.ImageLabel:                  plan.image,
 				infrav1.PoolUIDLabel:                poolUID(s.pool),
 				infrav1.NamespaceLabel:              s.pool.Namespace,
 				infrav1.KubernetesVersionLabel:      versionLabel,

@@ -229,10 +229,29 @@ func (s *poolScope) configurationChanged(i *instance) bool {
 	return current != "" && i.configuration() != "" && i.configuration() != current
 }
 
-// outdated is true when the container does not run the image the pool targets now, or was
-// bootstrapped with another configuration than the pool's data carries now.
+// imageReference is the image the container was created from, as the pool named it: its
+// ImageLabel, else (a container made before the label) what the engine reports.
+func (i *instance) imageReference() string {
+	if ref := i.container.Labels[infrav1.ImageLabel]; ref != "" {
+		return ref
+	}
+	return i.container.Image
+}
+
+// outdated is true when the container was not created from the image the pool targets now, runs
+// another release than the target version (its Node's kubelet, once known: a tag rebuilt or
+// moved to an image of another version), or was bootstrapped with another configuration than the
+// pool's data carries now. A tag that moved to a rebuild of the same version rolls nothing.
 func (s *poolScope) outdated(i *instance) bool {
-	return s.targetImage == "" || i.container.Image != s.targetImage || s.configurationChanged(i)
+	if s.targetImage == "" || i.imageReference() != s.targetImage || s.configurationChanged(i) {
+		return true
+	}
+	running, err := i.runningVersion()
+	if err != nil {
+		return false // counted by the gate as running no version; its image is the target
+	}
+	same, err := skew.SameRelease(running, s.targetVersion)
+	return err != nil || !same
 }
 
 // replaceable is true when the container is to be replaced now: while the gate admits the

@@ -137,3 +137,55 @@ func rolledOut(cs []container.Container, desired int) bool {
 	}
 	return true
 }
+
+// TestMovedTagRollsNothing: the engine reports a container's image by ID once its tag moved to
+// another image (a rebuild); the pool compares the reference it recorded at creation, so a rebuild
+// of the same version rolls nothing, while a container whose kubelet runs another release than
+// the target is replaced, under the gate.
+func TestMovedTagRollsNothing(t *testing.T) {
+	const movedID = "sha256:4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+	tests := []struct {
+		name         string
+		withLabel    bool
+		kubelet      string // the Node's kubeletVersion recorded on the machine; "" for none
+		controlPlane string
+		wantRolled   bool
+	}{
+		{name: "tag moved to a rebuild of the target version: nothing rolls", withLabel: true, kubelet: "v1.31.0", controlPlane: "v1.31.0"},
+		{name: "tag moved, Node not read yet: nothing rolls", withLabel: true, controlPlane: "v1.31.0"},
+		{name: "a container made before the label, tag moved: rolled as before", controlPlane: "v1.31.0", wantRolled: true},
+		{name: "the Node runs another release than the target: rolled", withLabel: true, kubelet: "v1.30.0", controlPlane: "v1.31.0", wantRolled: true},
+		{name: "the Node runs another release, the gate waits: not rolled", withLabel: true, kubelet: "v1.30.0", controlPlane: "v1.30.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"))
+			objs := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
+			c := nodeContainer(g, "workers-rebuilt", "v1.31.0", time.Now().Add(-time.Hour))
+			c.Image = movedID
+			if tt.withLabel {
+				c.Labels[infrav1.ImageLabel] = image(g, "v1.31.0")
+			}
+			rt.Add(c)
+			m := joinedMachine(c)
+			m.Status.NodeKubeletVersion = tt.kubelet
+			objs = append(objs, m)
+			r, _ := newTestReconciler(g, objs, rt)
+			reconcilePool(g, r)
+
+			var created []container.Container
+			for _, other := range rt.Containers() {
+				if other.Name != c.Name {
+					created = append(created, other)
+				}
+			}
+			if !tt.wantRolled {
+				g.Expect(created).To(BeEmpty(), "no replacement")
+				return
+			}
+			g.Expect(created).To(HaveLen(1), "one replacement (maxSurge 1)")
+			g.Expect(created[0].Labels).To(HaveKeyWithValue(infrav1.ImageLabel, image(g, "v1.31.0")), "the reference is recorded")
+		})
+	}
+}

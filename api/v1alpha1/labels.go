@@ -19,6 +19,11 @@ const (
 	// differs; one without the label (made before CAPDMP recorded it) is not.
 	BootstrapConfigurationLabel = "infrastructure.capdmp.dev/bootstrap-configuration"
 
+	// ImageLabel is set on every container with the image reference it was created from, as the
+	// pool named it. The engine reports a container's image by ID once its tag has moved to
+	// another image, so this is what tells whether a container runs the pool's target image.
+	ImageLabel = "infrastructure.capdmp.dev/image"
+
 	// ClusterNameLabel is set on every container with the name of the Cluster it belongs to.
 	ClusterNameLabel = "infrastructure.capdmp.dev/cluster-name"
 
