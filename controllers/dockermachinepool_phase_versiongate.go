@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/blang/semver/v4"
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +98,11 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		return ctrl.Result{}, nil
 	}
 
+	if gate.AdmittedImage == "" {
+		// Status lost (clusterctl move does not copy it, a status wipe) or a gate that never
+		// admitted here: the containers still say what was admitted when they were made.
+		gate.AdmittedVersion, gate.AdmittedImage = s.admittedFromContainers()
+	}
 	gate.WaitingReason = string(decision.Reason)
 	if previousReason != gate.WaitingReason {
 		r.eventf(s.pool, corev1.EventTypeNormal, string(decision.Reason), "Not creating containers of %s: %s", displayVersion(s.targetVersion), decision.Message)
@@ -118,6 +124,31 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 	}
 	metrics.RecordVersionGate(s.pool.Namespace, s.pool.Name, true, gate.WaitingReason, gate.WaitingSince.Time, r.clock())
 	return ctrl.Result{}, nil
+}
+
+// admittedFromContainers is the newest version, and the image it was created from, that the
+// pool's running containers carry and the gate still admits; empty when none does.
+func (s *poolScope) admittedFromContainers() (version, image string) {
+	var newest *instance
+	var newestVersion semver.Version
+	for _, i := range s.active() {
+		recorded, err := i.recordedVersion()
+		if err != nil || !i.container.Running || !s.decision.Admits(recorded) {
+			continue
+		}
+		v, err := skew.ParseVersion(recorded)
+		if err != nil {
+			continue
+		}
+		if newest == nil || v.GT(newestVersion) || (v.EQ(newestVersion) && i.container.CreatedAt.After(newest.container.CreatedAt)) {
+			newest, newestVersion = i, v
+		}
+	}
+	if newest == nil {
+		return "", ""
+	}
+	version, _ = newest.recordedVersion()
+	return version, newest.imageReference()
 }
 
 // readRecordedPause takes the pause recorded on the API server when the pool, read from the

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,6 +314,61 @@ func TestKubeletsOutOfSkewPolicy(t *testing.T) {
 			for len(recorder.Events) > 0 {
 				g.Expect(<-recorder.Events).ToNot(ContainSubstring(infrav1.KubeletsOutOfSkewPolicyReason))
 			}
+		})
+	}
+}
+
+// TestAdmittedImageFromContainers: a waiting pool whose status lost the last admitted image
+// (clusterctl move does not copy status, a status wipe, a gate that never admitted here) takes it
+// from its running containers, and replaces a lost container at that version.
+func TestAdmittedImageFromContainers(t *testing.T) {
+	tests := []struct {
+		name         string
+		running      []string // versions of the running containers, oldest first
+		wantAdmitted string
+		wantCreated  []string
+	}{
+		{name: "one version running: replaced at it", running: []string{"v1.31.0"}, wantAdmitted: "v1.31.0", wantCreated: []string{"v1.31.0"}},
+		{name: "two versions running: the newest the gate admits", running: []string{"v1.31.0", "v1.30.0"}, wantAdmitted: "v1.31.0", wantCreated: []string{"v1.31.0"}},
+		{name: "nothing running: nothing to derive, nothing created", wantCreated: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"), image(g, "v1.32.0"))
+			// The gate waits (control plane v1.31.0, MachinePool v1.32.0) with no status: as after
+			// clusterctl move. One more replica than runs: a container was removed.
+			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: int32(len(tt.running) + 1), dataSecret: true}
+			objs := w.objects()
+			var existing []string
+			for i, v := range tt.running {
+				c := nodeContainer(g, "existing-"+itoa(i), v, time.Now().Add(time.Duration(i-10)*time.Minute))
+				c.Labels[infrav1.ImageLabel] = image(g, v)
+				rt.Add(c)
+				existing = append(existing, c.Name)
+				objs = append(objs, joinedMachine(c))
+			}
+			r, _ := newTestReconciler(g, objs, rt)
+			pool := reconcilePool(g, r)
+			// The pause began with this reconcile: no container is made with data older than it.
+			// CABPK re-renders the data with a new token, as the refresh asked.
+			secret := &corev1.Secret{}
+			g.Expect(r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: "mp-data"}, secret)).To(Succeed())
+			secret.Data["value"] = []byte(strings.Replace(cloudConfig, "abcdef.0123456789abcdef", "ghijkl.0123456789abcdef", 1))
+			g.Expect(r.Client.Update(context.Background(), secret)).To(Succeed())
+			pool = reconcilePool(g, r)
+
+			g.Expect(pool.Status.VersionGate.AdmittedVersion).To(Equal(tt.wantAdmitted))
+			if tt.wantAdmitted != "" {
+				g.Expect(pool.Status.VersionGate.AdmittedImage).To(Equal(image(g, tt.wantAdmitted)))
+			}
+			var created []string
+			for _, c := range rt.Containers() {
+				if !slices.Contains(existing, c.Name) {
+					created = append(created, c.Labels[infrav1.KubernetesVersionLabel])
+				}
+			}
+			g.Expect(created).To(ConsistOf(labelValues(g, tt.wantCreated)), "%+v", pool.Status.Conditions)
 		})
 	}
 }
