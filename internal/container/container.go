@@ -26,7 +26,14 @@ var (
 	// ErrAlreadyExists is returned when a container with the same name exists already, e.g. because
 	// an earlier reconcile created it and its result was lost.
 	ErrAlreadyExists = errors.New("container already exists")
+
+	// ErrFileNotFound is returned by ReadImageFile when the image has no file at the path.
+	ErrFileNotFound = errors.New("file not found in image")
 )
+
+// MaxImageFile bounds what ReadImageFile reads: it is for small metadata files such as
+// /kind/version, and a larger file is refused rather than truncated.
+const MaxImageFile = 64 << 10
 
 // HostNetwork is the name of Docker's host network; containers on it share the host's network
 // namespace, get no hostname of their own and no IP address.
@@ -54,6 +61,17 @@ type Runtime interface {
 	// ImageExists tells whether an image is present on the engine, without pulling it.
 	ImageExists(ctx context.Context, image string) (bool, error)
 
+	// ImageID returns the ID ("sha256:...") of an image present on the engine, given by reference
+	// or ID; ErrImageNotFound if it is absent. It never pulls.
+	ImageID(ctx context.Context, image string) (string, error)
+
+	// ReadImageFile returns the content of the regular file at the absolute path in an image's
+	// filesystem, without running anything from the image and without pulling it. A missing image
+	// is ErrImageNotFound, a missing file ErrFileNotFound; symlinks are not followed, and anything
+	// but a regular file of at most MaxImageFile bytes is an error. Pass the image's ID (see
+	// ImageID) to read the very image another call looked at, whatever its tags became since.
+	ReadImageFile(ctx context.Context, image, path string) ([]byte, error)
+
 	// SaveImages streams the given images as a `docker save` tarball, e.g. to import them into a
 	// node's containerd with ImportImagesCommand. The caller closes the reader.
 	SaveImages(ctx context.Context, images []string) (io.ReadCloser, error)
@@ -65,9 +83,12 @@ type Runtime interface {
 
 // Container is what CAPDMP needs to know about a container.
 type Container struct {
-	ID      string
-	Name    string
-	Image   string
+	ID    string
+	Name  string
+	Image string
+	// ImageID is the ID of the image the container was created from: it still tells which image
+	// the container runs after Image's tag moved to another one.
+	ImageID string
 	Labels  map[string]string
 	Running bool
 	// NeverStarted is true for a container the engine made and never started: its creation was

@@ -1,14 +1,18 @@
 package container
 
 import (
+	"archive/tar"
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/netip"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +42,13 @@ const (
 	// event stream, an image save): an engine that stops answering fails the request instead of
 	// holding a controller worker.
 	DefaultCallTimeout = time.Minute
+
+	// ImageReaderLabel marks the never-started containers ReadImageFile creates to read an image's
+	// files, so that one left behind (by a crash between create and remove) is recognisable.
+	ImageReaderLabel = "infrastructure.capdmp.dev/image-reader"
+
+	// imageReaderPrefix starts the names of ReadImageFile's containers.
+	imageReaderPrefix = "capdmp-image-reader-"
 )
 
 // ErrEngineUnavailable is the error of a request the engine did not answer within the call
@@ -413,6 +424,106 @@ func (d *Docker) ImageExists(ctx context.Context, image string) (bool, error) {
 	return true, nil
 }
 
+// ImageID returns the ID of the image, given by reference or ID, in one ImageInspect call.
+func (d *Docker) ImageID(ctx context.Context, image string) (string, error) {
+	callCtx, cancel := d.call(ctx, "ImageInspect")
+	defer cancel()
+	res, err := d.client.ImageInspect(callCtx, image)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", fmt.Errorf("failed to inspect image %q: %w", image, imageNotFound(image))
+		}
+		return "", fmt.Errorf("failed to inspect image %q: %w", image, d.unavailable(ctx, err))
+	}
+	return res.ID, nil
+}
+
+// ReadImageFile returns the content of a regular file of an image. It creates a container of the
+// image that is never started, copies the file out of it with the engine's archive API and
+// removes the container: nothing from the image runs, and the engine's create never pulls.
+func (d *Docker) ReadImageFile(ctx context.Context, image, filePath string) (content []byte, err error) {
+	if image == "" || !path.IsAbs(filePath) {
+		return nil, fmt.Errorf("failed to read %q of image %q: an image and an absolute path are required", filePath, image)
+	}
+	// Cleaned, the path cannot end in "/" or "/.", with which the engine would follow a symlink.
+	filePath = path.Clean(filePath)
+	suffix := make([]byte, 8)
+	if _, err := rand.Read(suffix); err != nil {
+		return nil, fmt.Errorf("failed to read %q of image %q: failed to name the reader container: %w", filePath, image, err)
+	}
+	name := imageReaderPrefix + hex.EncodeToString(suffix)
+
+	defer func() {
+		// Always, by name: a create cut short may have made the container without telling its ID.
+		// Not with the caller's context, which may be what cut it short.
+		if delErr := d.Delete(context.WithoutCancel(ctx), name); delErr != nil {
+			content = nil
+			err = errors.Join(err, fmt.Errorf("failed to remove the reader container of image %q: %w", image, delErr))
+		}
+	}()
+
+	createCtx, cancel := d.call(ctx, "ContainerCreate")
+	created, err := d.client.ContainerCreate(createCtx, client.ContainerCreateOptions{
+		Name: name,
+		Config: &dockercontainer.Config{
+			Image: image,
+			// Never started; an entrypoint is still required of images that have none.
+			Entrypoint: []string{"/nonexistent"},
+			Labels:     map[string]string{ImageReaderLabel: "true"},
+		},
+		HostConfig: &dockercontainer.HostConfig{NetworkMode: "none"},
+	})
+	cancel()
+	if err != nil {
+		// With the "none" network, the image is the only thing a create can miss.
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("failed to read %q of image %q: %w", filePath, image, imageNotFound(image))
+		}
+		return nil, fmt.Errorf("failed to create a container to read %q of image %q: %w", filePath, image, d.unavailable(ctx, err))
+	}
+
+	copyCtx, cancel := d.call(ctx, "CopyFromContainer")
+	defer cancel()
+	res, err := d.client.CopyFromContainer(copyCtx, created.ID, client.CopyFromContainerOptions{SourcePath: filePath})
+	if err != nil {
+		// The engine answers 404 for a missing path, and for a container removed meanwhile, which
+		// says nothing of the image's files.
+		if cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "No such container") {
+			return nil, fmt.Errorf("failed to read %q of image %q: %w", filePath, image, ErrFileNotFound)
+		}
+		return nil, fmt.Errorf("failed to copy %q out of image %q: %w", filePath, image, d.unavailable(ctx, err))
+	}
+	defer res.Content.Close()
+	content, err = singleFile(res.Content)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %q of image %q: %w", filePath, image, d.unavailable(ctx, err))
+	}
+	return content, nil
+}
+
+// singleFile reads the content of the first entry of a tar stream, which must be a regular file
+// of at most MaxImageFile bytes: a symlink is refused, not followed.
+func singleFile(r io.Reader) ([]byte, error) {
+	tr := tar.NewReader(r)
+	hdr, err := tr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the archive: %w", err)
+	}
+	switch {
+	case hdr.Typeflag == tar.TypeSymlink:
+		return nil, fmt.Errorf("it is a symbolic link to %q, which is not followed", hdr.Linkname)
+	case hdr.Typeflag != tar.TypeReg:
+		return nil, fmt.Errorf("it is not a regular file (tar type %q)", hdr.Typeflag)
+	case hdr.Size > MaxImageFile:
+		return nil, fmt.Errorf("it has %d bytes, more than the %d read", hdr.Size, MaxImageFile)
+	}
+	content, err := io.ReadAll(io.LimitReader(tr, MaxImageFile))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the archive: %w", err)
+	}
+	return content, nil
+}
+
 // ImageTags lists the tags of the images of repository (e.g. kindest/node) present on the
 // engine that carry the label withLabel (any value; every image when empty), sorted.
 func (d *Docker) ImageTags(ctx context.Context, repository, withLabel string) ([]string, error) {
@@ -523,6 +634,7 @@ func containerFromSummary(s dockercontainer.Summary) Container {
 	c := Container{
 		ID:           s.ID,
 		Image:        s.Image,
+		ImageID:      s.ImageID,
 		Labels:       s.Labels,
 		Running:      s.State == dockercontainer.StateRunning,
 		NeverStarted: s.State == dockercontainer.StateCreated,
@@ -539,8 +651,9 @@ func containerFromSummary(s dockercontainer.Summary) Container {
 
 func containerFromInspect(r dockercontainer.InspectResponse) Container {
 	c := Container{
-		ID:   r.ID,
-		Name: strings.TrimPrefix(r.Name, "/"),
+		ID:      r.ID,
+		Name:    strings.TrimPrefix(r.Name, "/"),
+		ImageID: r.Image,
 	}
 	if r.Config != nil {
 		// r.Image is the image ID; the name the container was created with is in the config.

@@ -1,6 +1,8 @@
 package container
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -117,6 +119,54 @@ func TestCappedBuffer(t *testing.T) {
 	g.Expect(n).To(Equal(5), "a capped buffer must still accept the whole write")
 	_, _ = b.Write([]byte("ij")) //nolint:gocritic // see above
 	g.Expect(b.String()).To(Equal("abcde"))
+}
+
+func TestSingleFile(t *testing.T) {
+	archive := func(headers ...*tar.Header) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, h := range headers {
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				if _, err := tw.Write(bytes.Repeat([]byte("v"), int(h.Size))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	tests := []struct {
+		name    string
+		archive []byte
+		want    string
+		wantErr string
+	}{
+		{name: "a regular file", archive: archive(&tar.Header{Name: "version", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644}), want: "vvv"},
+		{name: "an empty file", archive: archive(&tar.Header{Name: "version", Typeflag: tar.TypeReg, Mode: 0o644}), want: ""},
+		{name: "the largest file read", archive: archive(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Size: MaxImageFile, Mode: 0o644}), want: strings.Repeat("v", MaxImageFile)},
+		{name: "one byte too large", archive: archive(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Size: MaxImageFile + 1, Mode: 0o644}), wantErr: "more than"},
+		{name: "a symlink is not followed", archive: archive(&tar.Header{Name: "version", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"}), wantErr: `symbolic link to "/etc/shadow"`},
+		{name: "a directory", archive: archive(&tar.Header{Name: "kind/", Typeflag: tar.TypeDir, Mode: 0o755}), wantErr: "not a regular file"},
+		{name: "an empty archive", archive: archive(), wantErr: "failed to read the archive"},
+		{name: "not an archive", archive: []byte("garbage"), wantErr: "failed to read the archive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := singleFile(bytes.NewReader(tt.archive))
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(string(got)).To(Equal(tt.want))
+		})
+	}
 }
 
 func TestCallCounts(t *testing.T) {
@@ -368,6 +418,14 @@ func TestDockerEngineUnavailable(t *testing.T) {
 			return err
 		}},
 		{"ImageTags", func(ctx context.Context, d *Docker) error { _, err := d.ImageTags(ctx, "kindest/node", ""); return err }},
+		{"ImageID", func(ctx context.Context, d *Docker) error {
+			_, err := d.ImageID(ctx, "kindest/node:v1.36.3")
+			return err
+		}},
+		{"ReadImageFile", func(ctx context.Context, d *Docker) error {
+			_, err := d.ReadImageFile(ctx, "kindest/node:v1.36.3", "/kind/version")
+			return err
+		}},
 		{"EnsureNetwork", func(ctx context.Context, d *Docker) error { return d.EnsureNetwork(ctx, "kind") }},
 	}
 	engines := []struct {

@@ -6,10 +6,13 @@ package fake
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -33,7 +36,7 @@ type Runtime struct {
 	container.Counter
 
 	mu         sync.Mutex
-	images     map[string]bool
+	images     map[string]*image // by reference; references tagged to one image share it
 	networks   map[string]bool
 	containers map[string]*entry
 	execs      []ExecCall
@@ -52,31 +55,66 @@ type entry struct {
 	spec container.Spec
 }
 
+// image is an image's ID and the files ReadImageFile finds in it, by absolute path.
+type image struct {
+	id    string
+	files map[string][]byte
+}
+
 var _ container.Runtime = &Runtime{}
 var _ container.CallCounter = &Runtime{}
 
 // New returns an empty fake runtime with the given images present.
 func New(images ...string) *Runtime {
 	r := &Runtime{
-		images:     map[string]bool{},
+		images:     map[string]*image{},
 		networks:   map[string]bool{},
 		containers: map[string]*entry{},
 		errs:       map[string]error{},
 		Now:        time.Now,
 	}
 	for _, i := range images {
-		r.images[i] = true
+		r.ensureImage(i)
 	}
 	return r
 }
 
-// AddImage makes images present.
+// AddImage makes images present, with no files. An image present already is left as it is.
+// An image's ID is "sha256:" and the hex SHA-256 of its reference unless SetImageID changes it.
 func (r *Runtime) AddImage(images ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, i := range images {
-		r.images[i] = true
+		r.ensureImage(i)
 	}
+}
+
+// SetImageID gives an image, made present if absent, another ID; references tagged to it follow.
+func (r *Runtime) SetImageID(ref, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ensureImage(ref).id = id
+}
+
+// SetImageFile puts a file at the absolute path p of an image, made present if absent, for
+// ReadImageFile; references tagged to the image see it too.
+func (r *Runtime) SetImageFile(ref, p string, content []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ensureImage(ref).files[path.Clean(p)] = bytes.Clone(content)
+}
+
+// TagImage makes target a reference to the image of source, as `docker tag` does: same ID, same
+// files. A target that named another image moves. It fails when source is absent.
+func (r *Runtime) TagImage(source, target string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.image(source)
+	if !ok {
+		return fmt.Errorf("failed to tag image %q as %q: %w", source, target, container.ErrImageNotFound)
+	}
+	r.images[target] = img
+	return nil
 }
 
 // RemoveImage makes an image absent.
@@ -204,7 +242,8 @@ func (r *Runtime) Create(_ context.Context, spec container.Spec) (container.Cont
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.images[spec.Image] {
+	img, ok := r.image(spec.Image)
+	if !ok {
 		return container.Container{}, fmt.Errorf("failed to create container %q: %w: %q is not present on the Docker engine", spec.Name, container.ErrImageNotFound, spec.Image)
 	}
 	if _, ok := r.containers[spec.Name]; ok {
@@ -221,6 +260,7 @@ func (r *Runtime) Create(_ context.Context, spec container.Spec) (container.Cont
 		ID:        r.newID(),
 		Name:      spec.Name,
 		Image:     spec.Image,
+		ImageID:   img.id,
 		Labels:    maps.Clone(spec.Labels),
 		Running:   true,
 		CreatedAt: r.Now(),
@@ -285,13 +325,52 @@ func (r *Runtime) Delete(_ context.Context, name string) error {
 }
 
 // ImageExists tells whether the image was added.
-func (r *Runtime) ImageExists(_ context.Context, image string) (bool, error) {
+func (r *Runtime) ImageExists(_ context.Context, ref string) (bool, error) {
 	if err := r.begin("ImageExists"); err != nil {
 		return false, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.images[image], nil
+	_, ok := r.image(ref)
+	return ok, nil
+}
+
+// ImageID returns the ID of an image added, by reference or ID.
+func (r *Runtime) ImageID(_ context.Context, ref string) (string, error) {
+	if err := r.begin("ImageID"); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.image(ref)
+	if !ok {
+		return "", fmt.Errorf("failed to inspect image %q: %w", ref, container.ErrImageNotFound)
+	}
+	return img.id, nil
+}
+
+// ReadImageFile returns a file set with SetImageFile, with the Docker adapter's errors.
+func (r *Runtime) ReadImageFile(_ context.Context, ref, p string) ([]byte, error) {
+	if err := r.begin("ReadImageFile"); err != nil {
+		return nil, err
+	}
+	if ref == "" || !path.IsAbs(p) {
+		return nil, fmt.Errorf("failed to read %q of image %q: an image and an absolute path are required", p, ref)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.image(ref)
+	if !ok {
+		return nil, fmt.Errorf("failed to read %q of image %q: %w", p, ref, container.ErrImageNotFound)
+	}
+	content, ok := img.files[path.Clean(p)]
+	if !ok {
+		return nil, fmt.Errorf("failed to read %q of image %q: %w", p, ref, container.ErrFileNotFound)
+	}
+	if len(content) > container.MaxImageFile {
+		return nil, fmt.Errorf("failed to read %q of image %q: it has %d bytes, more than the %d read", p, ref, len(content), container.MaxImageFile)
+	}
+	return bytes.Clone(content), nil
 }
 
 // SaveImages returns a fake tarball naming the images.
@@ -302,7 +381,7 @@ func (r *Runtime) SaveImages(_ context.Context, images []string) (io.ReadCloser,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, i := range images {
-		if !r.images[i] {
+		if _, ok := r.image(i); !ok {
 			return nil, fmt.Errorf("failed to save images: %w: %q", container.ErrImageNotFound, i)
 		}
 	}
@@ -329,6 +408,30 @@ func (r *Runtime) begin(op string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.errs[op]
+}
+
+// image finds an image by reference or, as the engine does, by ID.
+func (r *Runtime) image(refOrID string) (*image, bool) {
+	if img, ok := r.images[refOrID]; ok {
+		return img, true
+	}
+	for _, img := range r.images {
+		if img.id == refOrID {
+			return img, true
+		}
+	}
+	return nil, false
+}
+
+// ensureImage returns the image of ref, adding it with its default ID when absent.
+func (r *Runtime) ensureImage(ref string) *image {
+	img, ok := r.images[ref]
+	if !ok {
+		sum := sha256.Sum256([]byte(ref))
+		img = &image{id: "sha256:" + hex.EncodeToString(sum[:]), files: map[string][]byte{}}
+		r.images[ref] = img
+	}
+	return img
 }
 
 func (r *Runtime) lookup(nameOrID string) (*entry, bool) {

@@ -2,6 +2,8 @@ package fake
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -170,6 +172,184 @@ func TestRuntime(t *testing.T) {
 		rc, err := r.SaveImages(ctx, []string{image})
 		g.Expect(err).ToNot(HaveOccurred())
 		g.Expect(rc.Close()).To(Succeed())
+	})
+}
+
+func TestImages(t *testing.T) {
+	ctx := context.Background()
+	const (
+		node    = "kindest/node:v1.36.3"
+		latest  = "kindest/node:latest"
+		older   = "kindest/node:v1.35.1"
+		version = "/kind/version"
+	)
+	defaultID := func(ref string) string {
+		sum := sha256.Sum256([]byte(ref))
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	// setup gives node a /kind/version, older another one, and tags latest as node.
+	setup := func(g Gomega) *Runtime {
+		r := New()
+		r.SetImageFile(node, version, []byte("v1.36.3\n"))
+		r.SetImageFile(older, version, []byte("v1.35.1\n"))
+		r.AddImage("scratch:v1")
+		g.Expect(r.TagImage(node, latest)).To(Succeed())
+		return r
+	}
+
+	t.Run("ImageID", func(t *testing.T) {
+		tests := []struct {
+			name    string
+			image   string
+			want    string
+			wantErr error
+		}{
+			{name: "by reference, deterministic", image: node, want: defaultID(node)},
+			{name: "an image added without files", image: "scratch:v1", want: defaultID("scratch:v1")},
+			{name: "a tag has the ID of its source", image: latest, want: defaultID(node)},
+			{name: "by ID", image: defaultID(older), want: defaultID(older)},
+			{name: "missing image", image: "kindest/node:v9.9.9", wantErr: container.ErrImageNotFound},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				g := NewWithT(t)
+				r := setup(g)
+				got, err := r.ImageID(ctx, tt.image)
+				if tt.wantErr != nil {
+					g.Expect(err).To(MatchError(tt.wantErr))
+					g.Expect(err.Error()).To(ContainSubstring(tt.image))
+					return
+				}
+				g.Expect(err).ToNot(HaveOccurred())
+				g.Expect(got).To(Equal(tt.want))
+			})
+		}
+	})
+
+	t.Run("ReadImageFile", func(t *testing.T) {
+		tests := []struct {
+			name    string
+			image   string
+			path    string
+			want    string
+			wantErr error
+		}{
+			{name: "found", image: node, path: version, want: "v1.36.3\n"},
+			{name: "found through a tag", image: latest, path: version, want: "v1.36.3\n"},
+			{name: "found by ID", image: defaultID(older), path: version, want: "v1.35.1\n"},
+			{name: "path cleaned as the engine does", image: node, path: "/kind//./version", want: "v1.36.3\n"},
+			{name: "file missing", image: node, path: "/kind/missing", wantErr: container.ErrFileNotFound},
+			{name: "image without files", image: "scratch:v1", path: version, wantErr: container.ErrFileNotFound},
+			{name: "image missing", image: "kindest/node:v9.9.9", path: version, wantErr: container.ErrImageNotFound},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				g := NewWithT(t)
+				r := setup(g)
+				got, err := r.ReadImageFile(ctx, tt.image, tt.path)
+				if tt.wantErr != nil {
+					g.Expect(err).To(MatchError(tt.wantErr))
+					return
+				}
+				g.Expect(err).ToNot(HaveOccurred())
+				g.Expect(string(got)).To(Equal(tt.want))
+			})
+		}
+	})
+
+	t.Run("ReadImageFile refuses a relative path and a file over MaxImageFile", func(t *testing.T) {
+		g := NewWithT(t)
+		r := setup(g)
+		_, err := r.ReadImageFile(ctx, node, "kind/version")
+		g.Expect(err).To(MatchError(ContainSubstring("absolute path")))
+		r.SetImageFile(node, "/big", make([]byte, container.MaxImageFile+1))
+		_, err = r.ReadImageFile(ctx, node, "/big")
+		g.Expect(err).To(MatchError(ContainSubstring("more than")))
+		g.Expect(err).ToNot(MatchError(container.ErrFileNotFound))
+	})
+
+	t.Run("ReadImageFile returns a copy", func(t *testing.T) {
+		g := NewWithT(t)
+		r := setup(g)
+		got, err := r.ReadImageFile(ctx, node, version)
+		g.Expect(err).ToNot(HaveOccurred())
+		got[0] = 'x'
+		again, err := r.ReadImageFile(ctx, node, version)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(string(again)).To(Equal("v1.36.3\n"))
+	})
+
+	t.Run("TagImage moves a tag to another image, its files follow", func(t *testing.T) {
+		g := NewWithT(t)
+		r := setup(g)
+		g.Expect(r.TagImage(older, latest)).To(Succeed())
+		id, err := r.ImageID(ctx, latest)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(id).To(Equal(defaultID(older)))
+		got, err := r.ReadImageFile(ctx, latest, version)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(string(got)).To(Equal("v1.35.1\n"))
+		// The source keeps its own.
+		id, err = r.ImageID(ctx, node)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(id).To(Equal(defaultID(node)))
+
+		g.Expect(r.TagImage("kindest/node:v9.9.9", latest)).To(MatchError(container.ErrImageNotFound))
+		// Removing a tag leaves the image under its other references.
+		r.RemoveImage(latest)
+		_, err = r.ImageID(ctx, latest)
+		g.Expect(err).To(MatchError(container.ErrImageNotFound))
+		_, err = r.ImageID(ctx, older)
+		g.Expect(err).ToNot(HaveOccurred())
+	})
+
+	t.Run("SetImageID changes the ID of every reference to the image", func(t *testing.T) {
+		g := NewWithT(t)
+		r := setup(g)
+		r.SetImageID(node, "sha256:1234")
+		for _, ref := range []string{node, latest, "sha256:1234"} {
+			id, err := r.ImageID(ctx, ref)
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(id).To(Equal("sha256:1234"))
+		}
+	})
+
+	t.Run("Created containers carry the ID of their image, whatever its tag becomes", func(t *testing.T) {
+		g := NewWithT(t)
+		r := setup(g)
+		c, err := r.Create(ctx, container.Spec{Name: "n1", Image: latest, Labels: map[string]string{"pool": "p1"}})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(c.ImageID).To(Equal(defaultID(node)))
+		g.Expect(r.TagImage(older, latest)).To(Succeed())
+
+		inspected, err := r.Inspect(ctx, "n1")
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(inspected.Image).To(Equal(latest))
+		g.Expect(inspected.ImageID).To(Equal(defaultID(node)))
+		listed, err := r.List(ctx, map[string]string{"pool": "p1"})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(listed).To(HaveLen(1))
+		g.Expect(listed[0].ImageID).To(Equal(defaultID(node)))
+
+		byID, err := r.Create(ctx, container.Spec{Name: "n2", Image: defaultID(older)})
+		g.Expect(err).ToNot(HaveOccurred(), "the engine creates containers of an image given by ID")
+		g.Expect(byID.ImageID).To(Equal(defaultID(older)))
+	})
+
+	t.Run("Calls are counted by method and errors injected by method", func(t *testing.T) {
+		g := NewWithT(t)
+		r := setup(g)
+		r.ResetCalls()
+		_, _ = r.ImageID(ctx, node)
+		_, _ = r.ReadImageFile(ctx, node, version)
+		g.Expect(r.Calls()).To(Equal(container.CallCounts{"ImageID": 1, "ReadImageFile": 1}))
+		boom := errors.New("engine down")
+		r.SetError("ReadImageFile", boom)
+		_, err := r.ReadImageFile(ctx, node, version)
+		g.Expect(err).To(MatchError(boom))
+		r.SetError("ImageID", boom)
+		_, err = r.ImageID(ctx, node)
+		g.Expect(err).To(MatchError(boom))
 	})
 }
 
