@@ -180,6 +180,58 @@ func TestWebhooksOnAPIServer(t *testing.T) {
 		t.Logf("%d distinct hostile inputs refused", len(hostileInputs))
 	})
 
+	t.Run("a pool copied from another, with its recorded UID, is refused; without it admitted", func(t *testing.T) {
+		g := NewWithT(t)
+		a := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{Name: "original", Namespace: namespace.Name}}
+		g.Expect(c.Create(ctx, a)).To(Succeed())
+		// What the controller does in its first reconcile.
+		before := a.DeepCopy()
+		a.Annotations = map[string]string{infrav1.PoolUIDAnnotation: string(a.UID)}
+		g.Expect(c.Patch(ctx, a, client.MergeFrom(before))).To(Succeed())
+		// The webhook reads the manager's cache: wait until it holds a's annotation.
+		g.Eventually(func(g Gomega) {
+			pools := &infrav1.DockerMachinePoolList{}
+			g.Expect(mgr.GetCache().List(ctx, pools, client.MatchingFields{PoolUIDIndex: string(a.UID)})).To(Succeed())
+			g.Expect(pools.Items).To(ConsistOf(HaveField("ObjectMeta.Annotations", HaveKeyWithValue(infrav1.PoolUIDAnnotation, string(a.UID)))))
+		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+
+		// kubectl get dmp original -o yaml, renamed, applied: the server gives it its own UID.
+		stored := &infrav1.DockerMachinePool{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(a), stored)).To(Succeed())
+		copyAs := func(namespace, name string) *infrav1.DockerMachinePool {
+			b := &infrav1.DockerMachinePool{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: stored.Labels, Annotations: stored.Annotations},
+				Spec:       stored.Spec,
+			}
+			return b.DeepCopy()
+		}
+		for _, ns := range []string{namespace.Name, "webhooks-other"} {
+			if ns != namespace.Name {
+				g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+			}
+			err := c.Create(ctx, copyAs(ns, "copy"))
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "in %s: got %v", ns, err)
+			g.Expect(err.Error()).To(And(
+				ContainSubstring("metadata.annotations[infrastructure.capdmp.dev/pool-uid]: Forbidden"),
+				ContainSubstring("UID %s is held by DockerMachinePool %s/original", a.UID, namespace.Name),
+				ContainSubstring("a pool copied from another must not keep this annotation"),
+			))
+		}
+
+		b := copyAs(namespace.Name, "copy")
+		delete(b.Annotations, infrav1.PoolUIDAnnotation)
+		g.Expect(c.Create(ctx, b)).To(Succeed())
+		// The controller records b's own UID: admitted, as for any pool.
+		before = b.DeepCopy()
+		b.Annotations = map[string]string{infrav1.PoolUIDAnnotation: string(b.UID)}
+		g.Expect(c.Patch(ctx, b, client.MergeFrom(before))).To(Succeed())
+		// And a's recorded UID stays a's: b can no more take it by an update.
+		before = b.DeepCopy()
+		b.Annotations[infrav1.PoolUIDAnnotation] = string(a.UID)
+		err := c.Patch(ctx, b, client.MergeFrom(before))
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+	})
+
 	t.Run("a DockerMachinePoolTemplate changes only in the topology controller's dry runs", func(t *testing.T) {
 		g := NewWithT(t)
 		template := &infrav1.DockerMachinePoolTemplate{

@@ -4,8 +4,8 @@
 // The webhooks check only what the CRD schema cannot: that a custom image's tag names the
 // Kubernetes version the version-skew gate will read, that preloaded images are image references,
 // that extra mounts mount only host paths the manager allows (internal/hostpath) and no two share
-// a container path, and that templates change only by rotation. docs/webhooks.md describes every
-// rule for users.
+// a container path, that templates change only by rotation, and that a pool's recorded UID neither
+// changes nor names another pool (PoolUIDIndex). docs/webhooks.md describes every rule for users.
 package webhooks
 
 import (

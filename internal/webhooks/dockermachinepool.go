@@ -2,12 +2,16 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
 
+	pkgerrors "github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -25,6 +29,32 @@ type DockerMachinePool struct {
 	// HostPaths are the host paths the pool's extraMounts may mount; the zero Policy is the
 	// default one.
 	HostPaths hostpath.Policy
+
+	// Client finds the pools that hold the UID a pool's PoolUIDAnnotation records, through
+	// PoolUIDIndex; SetupWebhookWithManager sets the manager's client when it is nil.
+	Client client.Reader
+}
+
+// PoolUIDIndex is the field index of DockerMachinePools by the UIDs they hold: their own and the
+// one their PoolUIDAnnotation records (IndexPoolUIDs). SetupWebhookWithManager registers it on the
+// manager's cache; whoever else needs it uses it from there, since the cache refuses a second
+// registration of the same name.
+const PoolUIDIndex = "poolUIDs"
+
+// IndexPoolUIDs is the indexer of PoolUIDIndex.
+func IndexPoolUIDs(o client.Object) []string {
+	pool, ok := o.(*infrav1.DockerMachinePool)
+	if !ok {
+		panic(fmt.Sprintf("Expected a DockerMachinePool but got a %T", o))
+	}
+	var uids []string
+	if pool.UID != "" {
+		uids = append(uids, string(pool.UID))
+	}
+	if uid := pool.Annotations[infrav1.PoolUIDAnnotation]; uid != "" && uid != string(pool.UID) {
+		uids = append(uids, uid)
+	}
+	return uids
 }
 
 var (
@@ -34,6 +64,12 @@ var (
 
 // SetupWebhookWithManager registers the DockerMachinePool webhooks with the manager.
 func (webhook *DockerMachinePool) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	if webhook.Client == nil {
+		webhook.Client = mgr.GetClient()
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &infrav1.DockerMachinePool{}, PoolUIDIndex, IndexPoolUIDs); err != nil {
+		return pkgerrors.Wrapf(err, "failed to index DockerMachinePools by %s", PoolUIDIndex)
+	}
 	return ctrl.NewWebhookManagedBy(mgr, &infrav1.DockerMachinePool{}).
 		WithDefaulter(webhook).
 		WithValidator(webhook).
@@ -47,13 +83,13 @@ func (webhook *DockerMachinePool) Default(_ context.Context, pool *infrav1.Docke
 }
 
 // ValidateCreate validates a new DockerMachinePool.
-func (webhook *DockerMachinePool) ValidateCreate(_ context.Context, pool *infrav1.DockerMachinePool) (admission.Warnings, error) {
-	return webhook.validate(nil, pool)
+func (webhook *DockerMachinePool) ValidateCreate(ctx context.Context, pool *infrav1.DockerMachinePool) (admission.Warnings, error) {
+	return webhook.validate(ctx, nil, pool)
 }
 
 // ValidateUpdate validates a changed DockerMachinePool.
-func (webhook *DockerMachinePool) ValidateUpdate(_ context.Context, oldPool, newPool *infrav1.DockerMachinePool) (admission.Warnings, error) {
-	return webhook.validate(oldPool, newPool)
+func (webhook *DockerMachinePool) ValidateUpdate(ctx context.Context, oldPool, newPool *infrav1.DockerMachinePool) (admission.Warnings, error) {
+	return webhook.validate(ctx, oldPool, newPool)
 }
 
 // ValidateDelete allows every deletion.
@@ -61,29 +97,72 @@ func (webhook *DockerMachinePool) ValidateDelete(_ context.Context, _ *infrav1.D
 	return nil, nil
 }
 
-func (webhook *DockerMachinePool) validate(oldPool, newPool *infrav1.DockerMachinePool) (admission.Warnings, error) {
+func (webhook *DockerMachinePool) validate(ctx context.Context, oldPool, newPool *infrav1.DockerMachinePool) (admission.Warnings, error) {
+	uidPath := field.NewPath("metadata", "annotations").Key(infrav1.PoolUIDAnnotation)
+	var allErrs field.ErrorList
 	// The pool's containers carry the UID recorded there: changed or removed, the pool would lose
 	// them. A new pool may bring one (clusterctl move creates the pool with its annotations), and
 	// the pool clusterctl move deletes from its source loses it: move marks it by replacing every
 	// annotation with its own, the pool on the target keeps the UID.
 	if _, deletedForMove := newPool.Annotations[clusterctlv1.DeleteForMoveAnnotation]; oldPool != nil && !deletedForMove {
 		if uid, ok := oldPool.Annotations[infrav1.PoolUIDAnnotation]; ok && newPool.Annotations[infrav1.PoolUIDAnnotation] != uid {
-			return nil, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, field.ErrorList{
-				field.Forbidden(field.NewPath("metadata", "annotations").Key(infrav1.PoolUIDAnnotation),
-					"the pool's containers carry the UID recorded here ("+uid+"); it cannot change or be removed"),
-			})
+			allErrs = append(allErrs, field.Forbidden(uidPath,
+				"the pool's containers carry the UID recorded here ("+uid+"); it cannot change or be removed"))
 		}
+	}
+	// A UID another pool holds would give this pool that pool's containers: a pool copied from
+	// another (kubectl get -o yaml, renamed) brings its annotation along.
+	holder, err := webhook.poolHoldingRecordedUID(ctx, oldPool, newPool)
+	if err != nil {
+		return nil, apierrors.NewInternalError(pkgerrors.Wrapf(err, "failed to look up the pools holding UID %s", newPool.Annotations[infrav1.PoolUIDAnnotation]))
+	}
+	if holder != nil {
+		allErrs = append(allErrs, field.Forbidden(uidPath, fmt.Sprintf(
+			"UID %s is held by DockerMachinePool %s, whose containers carry it; a pool copied from another must not keep this annotation, remove it",
+			newPool.Annotations[infrav1.PoolUIDAnnotation], klog.KObj(holder))))
 	}
 	// A pool whose template is unchanged is not checked again, so that a pool admitted before a
 	// rule existed never blocks unrelated updates, such as the controller writing providerIDList.
-	if oldPool != nil && equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) &&
-		equality.Semantic.DeepEqual(oldPool.Spec.Strategy, newPool.Spec.Strategy) {
-		return nil, nil
+	var warnings admission.Warnings
+	if oldPool == nil || !equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) ||
+		!equality.Semantic.DeepEqual(oldPool.Spec.Strategy, newPool.Spec.Strategy) {
+		var templateErrs field.ErrorList
+		templateErrs, warnings = validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"), webhook.HostPaths)
+		allErrs = append(allErrs, templateErrs...)
+		allErrs = append(allErrs, validateStrategy(newPool.Spec.Strategy, field.NewPath("spec", "strategy"))...)
 	}
-	allErrs, warnings := validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"), webhook.HostPaths)
-	allErrs = append(allErrs, validateStrategy(newPool.Spec.Strategy, field.NewPath("spec", "strategy"))...)
 	if len(allErrs) > 0 {
 		return warnings, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, allErrs)
 	}
 	return warnings, nil
+}
+
+// poolHoldingRecordedUID returns another pool (another namespace or name) that holds the UID
+// newPool's PoolUIDAnnotation records, as its own UID or as its recorded one, or nil. It looks
+// only at an annotation that is new: on create, or on an update of a pool that had none (validate
+// keeps a recorded one from changing). A pool recording its own UID, as the controller does, is
+// not looked up: no other pool can have that UID.
+func (webhook *DockerMachinePool) poolHoldingRecordedUID(ctx context.Context, oldPool, newPool *infrav1.DockerMachinePool) (*infrav1.DockerMachinePool, error) {
+	uid := newPool.Annotations[infrav1.PoolUIDAnnotation]
+	if uid == "" || uid == string(newPool.UID) {
+		return nil, nil
+	}
+	if oldPool != nil {
+		if _, recorded := oldPool.Annotations[infrav1.PoolUIDAnnotation]; recorded {
+			return nil, nil
+		}
+	}
+	if webhook.Client == nil {
+		return nil, pkgerrors.New("the webhook has no client (SetupWebhookWithManager sets one)")
+	}
+	pools := &infrav1.DockerMachinePoolList{}
+	if err := webhook.Client.List(ctx, pools, client.MatchingFields{PoolUIDIndex: uid}); err != nil {
+		return nil, err
+	}
+	for i := range pools.Items {
+		if pool := &pools.Items[i]; pool.Namespace != newPool.Namespace || pool.Name != newPool.Name {
+			return pool, nil
+		}
+	}
+	return nil, nil
 }

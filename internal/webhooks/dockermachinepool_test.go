@@ -9,9 +9,13 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
@@ -281,15 +285,140 @@ func TestDockerMachinePoolUIDAnnotation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
+			webhook := &DockerMachinePool{Client: poolReader(g)}
 			var err error
 			if tt.old == nil {
-				_, err = (&DockerMachinePool{}).ValidateCreate(context.Background(), tt.new)
+				_, err = webhook.ValidateCreate(context.Background(), tt.new)
 			} else {
-				_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), tt.old, tt.new)
+				_, err = webhook.ValidateUpdate(context.Background(), tt.old, tt.new)
 			}
 			expectInvalid(g, err, tt.wantErrs)
 		})
 	}
+}
+
+// TestDockerMachinePoolUIDHeldByAnotherPool: a pool may not record a UID another pool holds, as
+// its own UID or as its recorded one, since it would take that pool's containers; a pool copied
+// from another (kubectl get -o yaml, renamed) would otherwise do just that.
+func TestDockerMachinePoolUIDHeldByAnotherPool(t *testing.T) {
+	pool := func(namespace, name, uid, recorded string) *infrav1.DockerMachinePool {
+		p := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(uid)}}
+		if recorded != "" {
+			p.Annotations = map[string]string{infrav1.PoolUIDAnnotation: recorded}
+		}
+		return p
+	}
+	const field = "metadata.annotations[infrastructure.capdmp.dev/pool-uid]: Forbidden"
+	tests := []struct {
+		name     string
+		existing []*infrav1.DockerMachinePool
+		old, new *infrav1.DockerMachinePool
+		wantErrs []string
+	}{
+		{
+			name:     "another pool's own UID",
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a", "")},
+			new:      pool("default", "b", "uid-b", "uid-a"),
+			wantErrs: []string{field, "UID uid-a is held by DockerMachinePool default/a", "must not keep this annotation"},
+		},
+		{
+			name:     "the UID another pool recorded (it was moved here)",
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a2", "uid-a")},
+			new:      pool("default", "b", "uid-b", "uid-a"),
+			wantErrs: []string{field, "DockerMachinePool default/a"},
+		},
+		{
+			name:     "a pool of another namespace",
+			existing: []*infrav1.DockerMachinePool{pool("team-a", "a", "uid-a", "uid-a")},
+			new:      pool("team-b", "a", "uid-b", "uid-a"),
+			wantErrs: []string{field, "DockerMachinePool team-a/a"},
+		},
+		{
+			name:     "a pool created without a UID in the request has no own UID to exempt",
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a", "uid-a")},
+			new:      pool("default", "b", "", "uid-a"),
+			wantErrs: []string{field, "DockerMachinePool default/a"},
+		},
+		{
+			name:     "held only by the pool itself",
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a", "uid-a")},
+			new:      pool("default", "a", "uid-a", "uid-a"),
+		},
+		{
+			name:     "held by nobody: clusterctl move creates the pool with its source cluster's UID",
+			existing: []*infrav1.DockerMachinePool{pool("default", "other", "uid-other", "uid-other")},
+			new:      pool("default", "a", "uid-a2", "uid-a"),
+		},
+		{
+			name: "an update keeping the annotation is not looked up",
+			// Copies admitted before this rule existed keep their updates.
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a", "uid-a"), pool("default", "b", "uid-b", "uid-a")},
+			old:      pool("default", "b", "uid-b", "uid-a"),
+			new:      pool("default", "b", "uid-b", "uid-a"),
+		},
+		{
+			name:     "the controller records the pool's own UID",
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a", "")},
+			old:      pool("default", "a", "uid-a", ""),
+			new:      pool("default", "a", "uid-a", "uid-a"),
+		},
+		{
+			name:     "an update adding another pool's UID",
+			existing: []*infrav1.DockerMachinePool{pool("default", "a", "uid-a", "uid-a"), pool("default", "b", "uid-b", "")},
+			old:      pool("default", "b", "uid-b", ""),
+			new:      pool("default", "b", "uid-b", "uid-a"),
+			wantErrs: []string{field, "DockerMachinePool default/a"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			webhook := &DockerMachinePool{Client: poolReader(g, tt.existing...)}
+			var err error
+			if tt.old == nil {
+				_, err = webhook.ValidateCreate(context.Background(), tt.new)
+			} else {
+				_, err = webhook.ValidateUpdate(context.Background(), tt.old, tt.new)
+			}
+			expectInvalid(g, err, tt.wantErrs)
+		})
+	}
+}
+
+// TestDockerMachinePoolUIDLookup: the own-UID case needs no client, and a lookup that cannot be
+// made refuses the pool rather than admitting it unchecked.
+func TestDockerMachinePoolUIDLookup(t *testing.T) {
+	g := NewWithT(t)
+	pool := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a", UID: "uid-a",
+		Annotations: map[string]string{infrav1.PoolUIDAnnotation: "uid-a"}}}
+	_, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
+	g.Expect(err).ToNot(HaveOccurred())
+
+	pool.Annotations[infrav1.PoolUIDAnnotation] = "uid-other"
+	_, err = (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
+	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "got %v", err)
+
+	// The fake client, like the cache, refuses a field selector it has no index for.
+	unindexed := fake.NewClientBuilder().WithScheme(poolScheme(g)).Build()
+	_, err = (&DockerMachinePool{Client: unindexed}).ValidateCreate(context.Background(), pool)
+	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("UID uid-other"))
+}
+
+// poolReader is a client holding pools, with the PoolUIDIndex the manager's cache has.
+func poolReader(g Gomega, pools ...*infrav1.DockerMachinePool) client.Reader {
+	builder := fake.NewClientBuilder().WithScheme(poolScheme(g)).
+		WithIndex(&infrav1.DockerMachinePool{}, PoolUIDIndex, IndexPoolUIDs)
+	for _, pool := range pools {
+		builder = builder.WithObjects(pool.DeepCopy())
+	}
+	return builder.Build()
+}
+
+func poolScheme(g Gomega) *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	g.ExpectWithOffset(1, infrav1.AddToScheme(scheme)).To(Succeed())
+	return scheme
 }
 
 // deletedForMove marks pool the way clusterctl move marks what it deletes from its source.

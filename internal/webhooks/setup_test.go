@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,9 +21,10 @@ import (
 )
 
 // TestSetupWebhooksWithManager registers the webhooks with a manager (which does not contact any
-// API server until it starts) and checks that every path in the generated
-// config/webhook/manifests.yaml, written from the kubebuilder markers, is served: a marker whose
-// path differs from the one controller-runtime derives from the kind would fail every request.
+// API server until it starts: the REST mapping PoolUIDIndex needs is static here) and checks that
+// every path in the generated config/webhook/manifests.yaml, written from the kubebuilder markers,
+// is served: a marker whose path differs from the one controller-runtime derives from the kind
+// would fail every request.
 func TestSetupWebhooksWithManager(t *testing.T) {
 	g := NewWithT(t)
 
@@ -32,6 +34,11 @@ func TestSetupWebhooksWithManager(t *testing.T) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+			mapper := meta.NewDefaultRESTMapper(nil)
+			mapper.Add(infrav1.GroupVersion.WithKind("DockerMachinePool"), meta.RESTScopeNamespace)
+			return mapper, nil
+		},
 	})
 	g.Expect(err).ToNot(HaveOccurred())
 	g.Expect(SetupWebhooksWithManager(mgr, hostpath.Policy{})).To(Succeed())
