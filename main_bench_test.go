@@ -86,7 +86,7 @@ func measureManagerMemory(b *testing.B, n int) managerMemory {
 		}
 	}()
 
-	engine := fakeruntime.New()
+	engine := fakeruntime.NewWithNodeImages()
 	populatePool(ctx, g, env, engine, n)
 
 	before := readMemory()
@@ -188,7 +188,7 @@ func populatePool(ctx context.Context, g Gomega, env *testenv.Environment, engin
 
 	image, err := nodeimage.ImageForVersion(memVersion, "")
 	g.Expect(err).ToNot(HaveOccurred())
-	engine.AddImage(image)
+	engine.AddNodeImage(image)
 	label, err := skew.VersionLabelValue(memVersion)
 	g.Expect(err).ToNot(HaveOccurred())
 	created := time.Now().Add(-time.Hour)

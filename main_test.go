@@ -144,7 +144,7 @@ func TestReadinessWaitsForTheWebhookServer(t *testing.T) {
 				enableWebhooks: tt.enableWebhooks, webhookPort: webhook.LocalServingPort, webhookCertDir: webhook.LocalServingCertDir,
 				syncPeriod: 10 * time.Minute, containerSyncPeriod: time.Minute, dockerNetwork: "kind",
 				poolConcurrency: 1, machineConcurrency: 1, createConcurrency: 1, skipNameValidation: true,
-			}, env.Config, fakeruntime.New())
+			}, env.Config, fakeruntime.NewWithNodeImages())
 			g.Expect(err).NotTo(HaveOccurred())
 			done := make(chan error, 1)
 			go func() { done <- mgr.Start(mgrCtx) }()
@@ -218,7 +218,7 @@ func TestDiagnosticsEndpoint(t *testing.T) {
 	o.managerOptions.DiagnosticsAddress = addr
 	o.healthProbeBindAddr, o.enableWebhooks, o.skipNameValidation = "0", false, true
 	mgrCtx, stop := context.WithCancel(ctx)
-	mgr, err := newManager(mgrCtx, o, env.Config, fakeruntime.New())
+	mgr, err := newManager(mgrCtx, o, env.Config, fakeruntime.NewWithNodeImages())
 	g.Expect(err).NotTo(HaveOccurred())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()

@@ -80,7 +80,7 @@ func TestConfigurationRollout(t *testing.T) {
 				}
 				return c
 			}
-			rt := fakeruntime.New(image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 			objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: desired, dataSecret: true}.objects()
 			var original []string
 			for i := range desired {
@@ -126,7 +126,7 @@ func TestConfigurationChangeDuringPause(t *testing.T) {
 	const desired = 3
 	g := NewWithT(t)
 	current := currentConfiguration(g)
-	rt := fakeruntime.New(image(g, "v1.31.0"), image(g, "v1.32.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"), image(g, "v1.32.0"))
 	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: desired, dataSecret: true,
 		gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.31.0", AdmittedImage: image(g, "v1.31.0")}}
 	objs := w.objects()
@@ -191,7 +191,7 @@ func TestEditedKubeadmConfigIsRendered(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	current := currentConfiguration(g)
-	rt := fakeruntime.New(image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 	r, workload := newOneNodePool(g, rt, current)
 	token := &corev1.Secret{}
 	tokenKey := client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-abcdef"}
@@ -295,7 +295,7 @@ func TestRefreshAskedOnceWithAStaleCache(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	current := currentConfiguration(g)
-	rt := fakeruntime.New(image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 	r, workload := newOneNodePool(g, rt, current)
 	// A cache that never shows the pool's request.
 	r.Client = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{

@@ -28,6 +28,7 @@ import (
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/hostpath"
+	"github.com/capdmp/capdmp/internal/nodeimage"
 )
 
 // DefaultNetwork is the Docker network of the pools' containers: kind's, shared with CAPD's
@@ -80,6 +81,10 @@ type DockerMachinePoolReconciler struct {
 	// MaxConcurrentCreates bounds the containers a pool creates at once;
 	// DefaultMaxConcurrentCreates when zero.
 	MaxConcurrentCreates int
+
+	// imageVersions verifies the Kubernetes version of each node image from its content, once
+	// per image ID, before any container of it starts.
+	imageVersions nodeimage.Versions
 
 	recorder      record.EventRecorder
 	controlPlanes external.ObjectTracker

@@ -327,10 +327,10 @@ func TestDockerMachinePoolGate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			if !tt.missingImage {
 				for _, v := range []string{"v1.30.0", "v1.31.0", "v1.32.0"} {
-					rt.AddImage(image(g, v))
+					rt.AddNodeImage(image(g, v))
 				}
 			}
 			for i, v := range tt.existing {
@@ -471,9 +471,9 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			for _, v := range []string{"v1.30.0", "v1.31.0"} {
-				rt.AddImage(image(g, v))
+				rt.AddNodeImage(image(g, v))
 			}
 			objs := tt.world.objects()
 			for i, v := range tt.existing {
@@ -649,9 +649,9 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 			if tt.mutate != nil {
 				objs = tt.mutate(objs)
 			}
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			for _, v := range []string{"v1.30.0", "v1.31.0"} {
-				rt.AddImage(image(g, v))
+				rt.AddNodeImage(image(g, v))
 			}
 			existing := nodeContainer(g, "existing-0", "v1.30.0", time.Now())
 			rt.Add(existing)
@@ -701,7 +701,7 @@ func TestMachinesCarryThePoolsWatchLabel(t *testing.T) {
 	for _, watchLabel := range []string{"", "team-a"} {
 		t.Run("watch label "+watchLabel, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New(image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true}
 			objs := w.objects()
 			if watchLabel != "" {
@@ -730,7 +730,7 @@ func TestMachinesCarryThePoolsWatchLabel(t *testing.T) {
 // Cluster yet is reconciled from the MachinePool's spec.clusterName, without an error.
 func TestMachinePoolNotYetLabelled(t *testing.T) {
 	g := NewWithT(t)
-	rt := fakeruntime.New(image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 	objs := w.objects()
 	for _, o := range objs {
@@ -766,7 +766,7 @@ func TestUnstartedContainersAreReplaced(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New(image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 			ready := nodeContainer(g, "workers-ready", "v1.31.0", rt.Now().Add(-time.Hour))
 			rt.Add(ready)
 			stuck := nodeContainer(g, "workers-stuck", "v1.31.0", rt.Now().Add(-time.Minute))
@@ -813,7 +813,7 @@ func TestFullPoolIsReadyWhileDataRefreshes(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	now := time.Now()
-	rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"))
 	w := pausedRollout(now)
 	w.replicas = 1
 	objs := w.objects()

@@ -69,7 +69,7 @@ func TestDockerMachinePoolDeleteWithoutMachinePool(t *testing.T) {
 			}
 			objs = append(objs, pool)
 
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			own := []string{"workers-a", "workers-b"}
 			for i, name := range own {
 				rt.Add(nodeContainer(g, name, "v1.31.0", now.Add(time.Duration(i)*time.Second)))

@@ -71,7 +71,7 @@ func TestDockerMachinePoolHostPathsRecheckedAtCreation(t *testing.T) {
 			objs := w.objects()
 			pool := objs[len(objs)-1].(*infrav1.DockerMachinePool)
 			pool.Spec.Template.ExtraMounts = tt.mounts
-			rt := fakeruntime.New(image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 			r, _ := newTestReconciler(g, objs, rt)
 			if tt.allowed != nil {
 				policy, err := hostpath.NewPolicy(tt.allowed)

@@ -25,7 +25,7 @@ import (
 // containers carry that UID and its namespace.
 func TestPoolRecordsItsUID(t *testing.T) {
 	g := NewWithT(t)
-	rt := fakeruntime.New(image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 	r, _ := newTestReconciler(g, w.objects(), rt)
 	pool := reconcilePool(g, r)
@@ -39,7 +39,7 @@ func TestPoolRecordsItsUID(t *testing.T) {
 // container carrying that UID in another namespace's name is not its own.
 func TestMovedPoolFindsItsContainers(t *testing.T) {
 	g := NewWithT(t)
-	rt := fakeruntime.New(image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 	moved := func(name string) container.Container {
 		c := nodeContainer(g, name, "v1.31.0", rt.Now().Add(-time.Hour))
 		c.Labels[infrav1.NamespaceLabel] = testNamespace
@@ -95,7 +95,7 @@ func TestMovedPoolFindsItsContainers(t *testing.T) {
 func TestCopiedPoolLeavesTheOriginal(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	rt := fakeruntime.New(image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true}
 	objs := w.objects()
 	original := objs[len(objs)-1].(*infrav1.DockerMachinePool)

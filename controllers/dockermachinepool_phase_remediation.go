@@ -90,7 +90,7 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 		case plan.image == "":
 			_, _, blocked = s.creatableImage()
 		default:
-			refusal, err := r.refuseCreation(ctx, s, plan.image)
+			_, refusal, err := r.verifyCreation(ctx, s, plan.image, plan.version)
 			if err != nil {
 				return ctrl.Result{}, err
 			}

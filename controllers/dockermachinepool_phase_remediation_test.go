@@ -128,9 +128,9 @@ func TestDockerMachinePoolRemediation(t *testing.T) {
 			if images == nil {
 				images = []string{"v1.31.0", "v1.32.0"}
 			}
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			for _, v := range images {
-				rt.AddImage(image(g, v))
+				rt.AddNodeImage(image(g, v))
 			}
 			healthy := nodeContainer(g, "workers-healthy", "v1.31.0", rt.Now().Add(-time.Hour))
 			sick := nodeContainer(g, "workers-sick", "v1.31.0", rt.Now().Add(-time.Hour))
@@ -207,7 +207,7 @@ func TestRemediationMaxInFlight(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			rt := fakeruntime.New(image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 4, dataSecret: true}
 			objs := w.objects()
 			objs[len(objs)-1].(*infrav1.DockerMachinePool).Spec.Remediation.MaxInFlight = tt.maxInFlight

@@ -19,6 +19,7 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/nodeimage"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -162,10 +163,11 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 	}
 	log := ctrl.LoggerFrom(ctx)
 
-	if refusal, err := r.refuseCreation(ctx, s, plan.image); err != nil || refusal != nil {
-		if err != nil {
-			return ctrl.Result{}, err
-		}
+	imageID, refusal, err := r.verifyCreation(ctx, s, plan.image, plan.version)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if refusal != nil {
 		plan.blockedReason = refusal.reason
 		plan.blockedMessage = "Not creating " + pluralContainers(plan.count) + ": " + refusal.message
 		setMachinesCreated(s, plan)
@@ -193,7 +195,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 		name := names.SimpleNameGenerator.GenerateName(s.pool.Name + "-")
 		spec := container.NodeSpec(container.NodeSpecInput{
 			Name:        name,
-			Image:       plan.image,
+			Image:       imageID,
 			ClusterName: s.cluster.Name,
 			Network:     r.network(),
 			Labels: map[string]string{
@@ -254,25 +256,60 @@ type creationRefusal struct {
 	retryAfter time.Duration
 }
 
-// refuseCreation checks what scale-up and remediation both need before a container of image is
-// made: every host path the pool mounts is allowed, and the image is on the engine (it is never
-// pulled). It returns nil when nothing stands in the way.
-func (r *DockerMachinePoolReconciler) refuseCreation(ctx context.Context, s *poolScope, image string) (*creationRefusal, error) {
+// verifyCreation checks what scale-up and remediation both need before a container of image is
+// made at version: every host path the pool mounts is allowed, the image is on the engine (it is
+// never pulled), its content records version (its tag is a claim: a retagged image would start a
+// kubelet the gate never admitted), and no Node of the pool has shown the image to run another
+// version. It returns the image's ID, which containers are created from so that what runs is what
+// was verified, or why no container of it may be made now.
+func (r *DockerMachinePoolReconciler) verifyCreation(ctx context.Context, s *poolScope, image, version string) (string, *creationRefusal, error) {
 	if refusal := r.refusedMount(s.pool.Spec.Template.ExtraMounts); refusal != "" {
 		// Only an edit of the pool or a manager restarted with another flag can change the
 		// answer; both trigger a reconcile.
-		return &creationRefusal{reason: infrav1.HostPathNotAllowedReason, message: refusal}, nil
+		return "", &creationRefusal{reason: infrav1.HostPathNotAllowedReason, message: refusal}, nil
 	}
-	exists, err := r.Runtime.ImageExists(ctx, image)
-	if err != nil {
-		return nil, pkgerrors.Wrapf(err, "failed to look up image %s", image)
-	}
-	if !exists {
-		// Images have no watch; look again later.
-		return &creationRefusal{reason: infrav1.ImageNotFoundReason, retryAfter: imageRetryPeriod,
+	// Images have no watch: a refusal below is looked at again later, a tag may be fixed.
+	img, err := r.imageVersions.Read(ctx, r.Runtime, image)
+	switch {
+	case pkgerrors.Is(err, container.ErrImageNotFound):
+		return "", &creationRefusal{reason: infrav1.ImageNotFoundReason, retryAfter: imageRetryPeriod,
 			message: "image " + image + " is not present on the Docker engine; CAPDMP never pulls: build or load it"}, nil
+	case pkgerrors.Is(err, nodeimage.ErrNoRecordedVersion):
+		return "", &creationRefusal{reason: infrav1.ImageVersionNotRecordedReason, retryAfter: imageRetryPeriod,
+			message: err.Error() + "; only a node image that records its Kubernetes version (as kind's do) can be checked against the version-skew gate"}, nil
+	case err != nil:
+		return "", nil, err
 	}
-	return nil, nil
+	if same, err := skew.SameRelease(img.Version, version); err != nil || !same {
+		return "", &creationRefusal{reason: infrav1.ImageVersionMismatchReason, retryAfter: imageRetryPeriod,
+			message: fmt.Sprintf("image %s (%s) holds Kubernetes %s by its %s, not the %s it is used as; none of it is started", image, img.ID, img.Version, nodeimage.VersionFile, version)}, nil
+	}
+	for _, i := range s.instances {
+		if why := nodeContradicts(i); why != "" && i.container.ImageID == img.ID {
+			r.imageVersions.Contradict(img.ID, why)
+		}
+	}
+	if why := r.imageVersions.Contradicted(img.ID); why != "" {
+		return "", &creationRefusal{reason: infrav1.ImageContradictedByNodeReason, retryAfter: imageRetryPeriod,
+			message: fmt.Sprintf("image %s (%s): %s; no more containers of it are created", image, img.ID, why)}, nil
+	}
+	return img.ID, nil, nil
+}
+
+// nodeContradicts says how the Node of the container contradicts the version the container was
+// created as, "" when it does not or is not known yet.
+func nodeContradicts(i *instance) string {
+	if i.machine == nil || i.machine.Status.NodeKubeletVersion == "" {
+		return ""
+	}
+	recorded, err := i.recordedVersion()
+	if err != nil {
+		return ""
+	}
+	if same, err := skew.SameRelease(i.machine.Status.NodeKubeletVersion, recorded); err == nil && same {
+		return ""
+	}
+	return fmt.Sprintf("Node %s runs kubelet %s, not the %s its image was used as", i.name(), i.machine.Status.NodeKubeletVersion, recorded)
 }
 
 // createInstance creates one container and its DockerMachinePoolMachine. It returns the instance

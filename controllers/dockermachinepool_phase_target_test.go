@@ -47,7 +47,7 @@ func TestCustomImageSameAnswerInWebhookAndController(t *testing.T) {
 			pool := objs[len(objs)-1].(*infrav1.DockerMachinePool)
 			_, webhookErr := (&webhooks.DockerMachinePool{}).ValidateCreate(context.Background(), pool.DeepCopy())
 
-			r, _ := newTestReconciler(g, objs, fakeruntime.New())
+			r, _ := newTestReconciler(g, objs, fakeruntime.NewWithNodeImages())
 			reconciled := reconcilePool(g, r)
 			gate := conditions.Get(reconciled, infrav1.VersionSkewCondition)
 			g.Expect(gate).ToNot(BeNil())

@@ -119,7 +119,7 @@ func TestVersionGateUnreadableVersionLabel(t *testing.T) {
 			ctx := context.Background()
 
 			objs := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: "v1.31.0"}.objects()
-			r, _ := newTestReconciler(g, objs, fakeruntime.New())
+			r, _ := newTestReconciler(g, objs, fakeruntime.NewWithNodeImages())
 			s := &poolScope{
 				cluster:       &clusterv1.Cluster{},
 				machinePool:   &clusterv1.MachinePool{},
@@ -205,7 +205,7 @@ func TestVersionGateStaleCacheKeepsThePause(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	now := time.Now()
-	rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"))
 	w := pausedRollout(now)
 	w.replicas = 1
 	// Before the pause: the gate admitted v1.30.0 and waits for nothing.
@@ -273,7 +273,7 @@ func TestKubeletsOutOfSkewPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New(image(g, "v1.34.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.34.0"))
 			w := world{controlPlaneVersions: tt.controlPlane, machinePoolVersion: "v1.34.0", replicas: int32(len(tt.running)), dataSecret: true}
 			objs := w.objects()
 			for i, v := range tt.running {
@@ -335,7 +335,7 @@ func TestAdmittedImageFromContainers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"), image(g, "v1.32.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"), image(g, "v1.32.0"))
 			// The gate waits (control plane v1.31.0, MachinePool v1.32.0) with no status: as after
 			// clusterctl move. One more replica than runs: a container was removed.
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: int32(len(tt.running) + 1), dataSecret: true}

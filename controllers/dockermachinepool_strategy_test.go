@@ -42,9 +42,9 @@ func TestRollingUpdate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			for _, v := range []string{"v1.30.0", "v1.31.0"} {
-				rt.AddImage(image(g, v))
+				rt.AddNodeImage(image(g, v))
 			}
 			controlPlane := "v1.31.0"
 			if tt.gateWaits {
@@ -160,7 +160,7 @@ func TestMovedTagRollsNothing(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New(image(g, "v1.30.0"), image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"))
 			objs := world{controlPlaneVersions: []string{tt.controlPlane}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
 			c := nodeContainer(g, "workers-rebuilt", "v1.31.0", time.Now().Add(-time.Hour))
 			c.Image = movedID

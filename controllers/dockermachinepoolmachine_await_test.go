@@ -21,7 +21,7 @@ import (
 // for an await that gave up at its limit (the machine's polls find it then).
 func TestBootstrapEnds(t *testing.T) {
 	g := NewWithT(t)
-	rt := fakeruntime.New()
+	rt := fakeruntime.NewWithNodeImages()
 	for _, name := range []string{"pool-ends", "pool-limit"} {
 		rt.Add(container.Container{Name: name, Running: true})
 	}

@@ -100,7 +100,7 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 			objs := w.objects()
 			objs = append(objs, poolMachine(name))
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			if !tt.noContainer {
 				version := "v1.31.0"
 				if tt.containerVersion != "" {
@@ -200,7 +200,7 @@ func TestDockerMachinePoolMachineDelete(t *testing.T) {
 				OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
 				Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},
 			}, Status: infrav1.DockerMachinePoolMachineStatus{Conditions: []metav1.Condition{notPaused()}}})
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
 			rt.Add(nodeContainer(g, "someone-elses", "v1.31.0", time.Now()))
 			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
@@ -257,7 +257,7 @@ func TestDockerMachinePoolMachineForeignContainer(t *testing.T) {
 			if tt.deleting {
 				machine.DeletionTimestamp = ptr.To(metav1.Now())
 			}
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			rt.Add(tt.container)
 			execs := 0
 			rt.ExecHandler = func(container.Container, []string, []byte) (container.ExecResult, error) {
@@ -343,7 +343,7 @@ func TestDockerMachinePoolMachineNodeProviderID(t *testing.T) {
 					Initialization: infrav1.DockerMachinePoolMachineInitializationStatus{Provisioned: ptr.To(true)},
 				},
 			})
-			rt := fakeruntime.New()
+			rt := fakeruntime.NewWithNodeImages()
 			rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
 			c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
 				WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).Build()

@@ -44,7 +44,7 @@ func TestEngineUnavailable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rt := fakeruntime.New(image(g, "v1.31.0"))
+			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
 			rt.SetError(tt.failing, tt.err)
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 			r, _ := newTestReconciler(g, w.objects(), rt)
@@ -76,7 +76,7 @@ func TestEngineUnavailable(t *testing.T) {
 		const name = "workers-abcde"
 		w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 		objs := append(w.objects(), poolMachine(name))
-		rt := fakeruntime.New()
+		rt := fakeruntime.NewWithNodeImages()
 		rt.Add(nodeContainer(g, name, "v1.31.0", time.Now()))
 		rt.SetError("Inspect", errEngineDown)
 		c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).

@@ -22,9 +22,9 @@ import (
 func TestVersionGateMetrics(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	rt := fakeruntime.New()
+	rt := fakeruntime.NewWithNodeImages()
 	for _, v := range []string{"v1.30.0", "v1.31.0"} {
-		rt.AddImage(image(g, v))
+		rt.AddNodeImage(image(g, v))
 	}
 	r, _ := newTestReconciler(g, world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects(), rt)
 	now := time.Now()

@@ -105,7 +105,7 @@ func newSteadyPool(b *testing.B, n int) *steadyPool {
 		}
 	}
 
-	rt := fakeruntime.New(image(g, benchVersion))
+	rt := fakeruntime.NewWithNodeImages(image(g, benchVersion))
 	created := time.Now().Add(-time.Hour)
 	for i := range n {
 		name := fmt.Sprintf("%s-%05d", testPool, i)

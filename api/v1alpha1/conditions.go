@@ -27,6 +27,15 @@ const (
 	MachinesCreatedReason = "Created"
 	// ImageNotFoundReason: the node image is not present on the engine; it is never pulled.
 	ImageNotFoundReason = "ImageNotFound"
+	// ImageVersionMismatchReason: the node image's content (/kind/version) records another
+	// Kubernetes version than the one its tag names; nothing of it is started.
+	ImageVersionMismatchReason = "ImageVersionMismatch"
+	// ImageVersionNotRecordedReason: the node image does not record the Kubernetes version it
+	// holds, so its tag cannot be verified; nothing of it is started.
+	ImageVersionNotRecordedReason = "ImageVersionNotRecorded"
+	// ImageContradictedByNodeReason: a Node of a container of the image runs another kubelet than
+	// the image was used as; no more containers of it are created.
+	ImageContradictedByNodeReason = "ImageContradictedByNode"
 	// ContainerCreateFailedReason: the engine refused to create or start a container.
 	ContainerCreateFailedReason = "ContainerCreateFailed"
 	// HostPathNotAllowedReason: an extraMount's host path is not one the manager allows

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/nodeimage"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // ExecFunc decides the result of a command run in a fake container.
@@ -87,6 +89,27 @@ func (r *Runtime) AddImage(images ...string) {
 	for _, i := range images {
 		r.ensureImage(i)
 	}
+}
+
+// AddNodeImage makes node images present as kind builds them: each records the Kubernetes
+// version its tag names in nodeimage.VersionFile. It panics on a reference whose tag is not a
+// version, which is a mistake of the test that calls it.
+func (r *Runtime) AddNodeImage(refs ...string) {
+	for _, ref := range refs {
+		version, err := skew.VersionFromImageTag(ref)
+		if err != nil {
+			panic(fmt.Sprintf("fake node image %q: %v", ref, err))
+		}
+		r.SetImageFile(ref, nodeimage.VersionFile, []byte(version+"\n"))
+	}
+}
+
+// NewWithNodeImages returns an empty fake runtime with the given node images present
+// (AddNodeImage).
+func NewWithNodeImages(refs ...string) *Runtime {
+	r := New()
+	r.AddNodeImage(refs...)
+	return r
 }
 
 // SetImageID gives an image, made present if absent, another ID; references tagged to it follow.
