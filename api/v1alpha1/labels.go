@@ -40,7 +40,9 @@ const (
 	// to the UID it had then; the webhook keeps it from changing. clusterctl move copies
 	// annotations and not UIDs, so a pool moved to another management cluster still finds its
 	// containers by it; there a container is its own only if it also carries the pool's
-	// namespace (NamespaceLabel), since anyone who may create a pool may write the annotation.
+	// namespace (NamespaceLabel) and name (PoolNameLabel), since anyone who may create a pool may
+	// write the annotation, and a pool copied with `kubectl get -o yaml` keeps it. The webhook
+	// refuses an annotation that names another live pool's UID.
 	PoolUIDAnnotation = "infrastructure.capdmp.dev/pool-uid"
 
 	// NamespaceLabel is set on every container with the namespace of the DockerMachinePool that

@@ -125,11 +125,13 @@ func (webhook *DockerMachinePool) validate(ctx context.Context, oldPool, newPool
 	// rule existed never blocks unrelated updates, such as the controller writing providerIDList.
 	var warnings admission.Warnings
 	if oldPool == nil || !equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) ||
-		!equality.Semantic.DeepEqual(oldPool.Spec.Strategy, newPool.Spec.Strategy) {
+		!equality.Semantic.DeepEqual(oldPool.Spec.Strategy, newPool.Spec.Strategy) ||
+		!equality.Semantic.DeepEqual(oldPool.Spec.Remediation, newPool.Spec.Remediation) {
 		var templateErrs field.ErrorList
 		templateErrs, warnings = validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"), webhook.HostPaths)
 		allErrs = append(allErrs, templateErrs...)
 		allErrs = append(allErrs, validateStrategy(newPool.Spec.Strategy, field.NewPath("spec", "strategy"))...)
+		allErrs = append(allErrs, validateRemediation(newPool.Spec.Remediation, field.NewPath("spec", "remediation"))...)
 	}
 	if len(allErrs) > 0 {
 		return warnings, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, allErrs)

@@ -256,6 +256,49 @@ func TestDockerMachinePoolStrategy(t *testing.T) {
 	}
 }
 
+// TestDockerMachinePoolRemediation: the webhook admits a number or percentage of remediations in
+// flight and refuses one that would never let the pool remediate, on create, on update, and in a
+// template.
+func TestDockerMachinePoolRemediation(t *testing.T) {
+	num, pct := intstr.FromInt32, intstr.FromString
+	tests := []struct {
+		name        string
+		maxInFlight *intstr.IntOrString
+		wantErrs    []string
+	}{
+		{name: "unset: no limit"},
+		{name: "one at a time", maxInFlight: ptr.To(num(1))},
+		{name: "a percentage", maxInFlight: ptr.To(pct("40%"))},
+		{name: "none", maxInFlight: ptr.To(num(0)), wantErrs: []string{"spec.remediation.maxInFlight: Invalid value: \"0\": must be at least 1"}},
+		{name: "0%", maxInFlight: ptr.To(pct("0%")), wantErrs: []string{"spec.remediation.maxInFlight", "must be at least 1"}},
+		{name: "above 100%", maxInFlight: ptr.To(pct("150%")), wantErrs: []string{"must not be above 100%"}},
+		{name: "not a percentage", maxInFlight: ptr.To(pct("two")), wantErrs: []string{"must be a number or a percentage"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			remediation := infrav1.DockerMachinePoolRemediation{MaxInFlight: tt.maxInFlight}
+			pool := poolWith(infrav1.DockerMachinePoolMachineTemplate{})
+			pool.Spec.Remediation = remediation
+			_, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
+			expectInvalid(g, err, tt.wantErrs)
+
+			// An update that changes only the remediation is checked too.
+			_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{}), pool)
+			expectInvalid(g, err, tt.wantErrs)
+
+			template := &infrav1.DockerMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
+			template.Spec.Template.Spec.Remediation = remediation
+			_, err = (&DockerMachinePoolTemplate{}).ValidateCreate(context.Background(), template)
+			var templateErrs []string
+			for _, e := range tt.wantErrs {
+				templateErrs = append(templateErrs, strings.Replace(e, "spec.remediation", "spec.template.spec.remediation", 1))
+			}
+			expectInvalid(g, err, templateErrs)
+		})
+	}
+}
+
 // TestDockerMachinePoolUIDAnnotation: the UID a pool's containers carry, once recorded, cannot
 // change or go; a new pool may bring one, as clusterctl move creates it.
 func TestDockerMachinePoolUIDAnnotation(t *testing.T) {

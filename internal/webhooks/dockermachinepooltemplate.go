@@ -99,6 +99,7 @@ func validatePoolTemplate(template *infrav1.DockerMachinePoolTemplate, hostPaths
 
 	machineErrs, warnings := validateMachineTemplate(&template.Spec.Template.Spec.Template, specPath.Child("template"), hostPaths)
 	allErrs = append(allErrs, validateStrategy(spec.Strategy, specPath.Child("strategy"))...)
+	allErrs = append(allErrs, validateRemediation(spec.Remediation, specPath.Child("remediation"))...)
 	return append(allErrs, machineErrs...), warnings
 }
 

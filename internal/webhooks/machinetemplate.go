@@ -138,3 +138,25 @@ func validateStrategy(strategy infrav1.DockerMachinePoolStrategy, fldPath *field
 	}
 	return allErrs
 }
+
+// validateRemediation checks spec.remediation: maxInFlight is a number of at least 1 or a
+// percentage above 0% and at most 100%, which the controller reads with the same function
+// (poolScope.maxRemediationsInFlight).
+func validateRemediation(remediation infrav1.DockerMachinePoolRemediation, fldPath *field.Path) field.ErrorList {
+	v := remediation.MaxInFlight
+	if v == nil {
+		return nil
+	}
+	p := fldPath.Child("maxInFlight")
+	// Scaled against 100, a percentage is its number.
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, 100, false)
+	switch {
+	case err != nil:
+		return field.ErrorList{field.Invalid(p, v.String(), "must be a number or a percentage such as \"25%\"")}
+	case n < 1:
+		return field.ErrorList{field.Invalid(p, v.String(), "must be at least 1 (or 1%): a pool that may replace none would never remediate")}
+	case v.Type == intstr.String && n > 100:
+		return field.ErrorList{field.Invalid(p, v.String(), "must not be above 100%")}
+	}
+	return nil
+}
