@@ -490,10 +490,7 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
 			g.Expect(err).ToNot(HaveOccurred())
 			if tt.staleHash {
-				pool := &infrav1.DockerMachinePool{}
-				g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
-				pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
-				g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
+				pauseWithCurrentData(g, r)
 			}
 
 			pool := reconcilePool(g, r)
@@ -515,6 +512,18 @@ func TestDockerMachinePoolPauseBookkeeping(t *testing.T) {
 			g.Expect(refreshed).To(Equal(tt.wantRefreshCall))
 		})
 	}
+}
+
+// pauseWithCurrentData records in the pool's pause the hash of the data there is now: the data
+// predates the pause, as when the pause began before the provider re-rendered it.
+func pauseWithCurrentData(g Gomega, r *DockerMachinePoolReconciler) {
+	ctx := context.Background()
+	data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
+	g.Expect(err).ToNot(HaveOccurred())
+	pool := &infrav1.DockerMachinePool{}
+	g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+	pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
+	g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
 }
 
 // pausedRollout is a pool of two replicas whose rollout to v1.31.0 waits on a control plane at
@@ -657,20 +666,14 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 			rt.Add(existing)
 			objs = append(objs, joinedMachine(existing))
 			r, workload := newTestReconciler(g, objs, rt)
-			// The pause began with the data there is now.
-			data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
-			g.Expect(err).ToNot(HaveOccurred())
-			pool := &infrav1.DockerMachinePool{}
-			g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
-			pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
-			g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
+			pauseWithCurrentData(g, r)
 
-			pool = reconcilePool(g, r)
+			pool := reconcilePool(g, r)
 
 			fresh := conditions.Get(pool, infrav1.BootstrapDataFreshCondition)
 			g.Expect(fresh).ToNot(BeNil())
 			g.Expect(fresh.Reason).To(Equal(tt.wantReason), fresh.Message)
-			err = workload.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"}, &corev1.Secret{})
+			err := workload.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"}, &corev1.Secret{})
 			g.Expect(err == nil).To(Equal(tt.wantTokenKept), "the workload cluster's bootstrap token kept: %v", err)
 			if tt.wantCreatedVersion != "" {
 				g.Expect(versionsOf(rt.Containers())).To(ContainElement(tt.wantCreatedVersion), "%+v", pool.Status.Conditions)
@@ -811,7 +814,6 @@ func TestUnstartedContainersAreReplaced(t *testing.T) {
 // data is refreshed for a rollout that waits on the gate; BootstrapDataFresh says so alone.
 func TestFullPoolIsReadyWhileDataRefreshes(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	now := time.Now()
 	rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"))
 	w := pausedRollout(now)
@@ -821,14 +823,9 @@ func TestFullPoolIsReadyWhileDataRefreshes(t *testing.T) {
 	rt.Add(c)
 	objs = append(objs, joinedMachine(c))
 	r, _ := newTestReconciler(g, objs, rt)
-	data, err := bootstrap.Read(ctx, r.APIReader, testNamespace, "mp-data")
-	g.Expect(err).ToNot(HaveOccurred())
-	pool := &infrav1.DockerMachinePool{}
-	g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
-	pool.Status.VersionGate.BootstrapDataHashAtPause = data.Hash
-	g.Expect(r.Client.Status().Update(ctx, pool)).To(Succeed())
+	pauseWithCurrentData(g, r)
 
-	pool = reconcilePool(g, r)
+	pool := reconcilePool(g, r)
 	g.Expect(conditions.GetReason(pool, infrav1.BootstrapDataFreshCondition)).To(Equal(infrav1.BootstrapDataRefreshingReason))
 	g.Expect(conditions.IsTrue(pool, infrav1.ReplicasReadyCondition)).To(BeTrue())
 	g.Expect(conditions.IsTrue(pool, infrav1.ReadyCondition)).To(BeTrue(), "%+v", conditions.Get(pool, infrav1.ReadyCondition))

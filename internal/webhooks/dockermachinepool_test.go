@@ -234,26 +234,33 @@ func TestDockerMachinePoolStrategy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			strategy := infrav1.DockerMachinePoolStrategy{RollingUpdate: infrav1.DockerMachinePoolRollingUpdate{MaxSurge: tt.maxSurge, MaxUnavailable: tt.maxUnavailable}}
-			pool := poolWith(infrav1.DockerMachinePoolMachineTemplate{})
-			pool.Spec.Strategy = strategy
-			_, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
-			expectInvalid(g, err, tt.wantErrs)
-
-			// An update that changes only the strategy is checked too.
-			_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{}), pool)
-			expectInvalid(g, err, tt.wantErrs)
-
-			template := &infrav1.DockerMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
-			template.Spec.Template.Spec.Strategy = strategy
-			_, err = (&DockerMachinePoolTemplate{}).ValidateCreate(context.Background(), template)
-			var templateErrs []string
-			for _, e := range tt.wantErrs {
-				templateErrs = append(templateErrs, strings.Replace(e, "spec.strategy", "spec.template.spec.strategy", 1))
-			}
-			expectInvalid(g, err, templateErrs)
+			expectSpecValidated(g, func(spec *infrav1.DockerMachinePoolSpec) {
+				spec.Strategy = infrav1.DockerMachinePoolStrategy{RollingUpdate: infrav1.DockerMachinePoolRollingUpdate{MaxSurge: tt.maxSurge, MaxUnavailable: tt.maxUnavailable}}
+			}, tt.wantErrs)
 		})
 	}
+}
+
+// expectSpecValidated checks a pool spec that set makes on a new pool, on an update that changes
+// only it, and in a template, where the fields are below spec.template: each refuses with
+// wantErrs (the pool's field paths), or admits when there are none.
+func expectSpecValidated(g Gomega, set func(*infrav1.DockerMachinePoolSpec), wantErrs []string) {
+	pool := poolWith(infrav1.DockerMachinePoolMachineTemplate{})
+	set(&pool.Spec)
+	_, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
+	expectInvalid(g, err, wantErrs)
+
+	_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{}), pool)
+	expectInvalid(g, err, wantErrs)
+
+	template := &infrav1.DockerMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
+	set(&template.Spec.Template.Spec)
+	_, err = (&DockerMachinePoolTemplate{}).ValidateCreate(context.Background(), template)
+	var templateErrs []string
+	for _, e := range wantErrs {
+		templateErrs = append(templateErrs, strings.Replace(e, "spec.", "spec.template.spec.", 1))
+	}
+	expectInvalid(g, err, templateErrs)
 }
 
 // TestDockerMachinePoolRemediation: the webhook admits a number or percentage of remediations in
@@ -277,24 +284,9 @@ func TestDockerMachinePoolRemediation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			remediation := infrav1.DockerMachinePoolRemediation{MaxInFlight: tt.maxInFlight}
-			pool := poolWith(infrav1.DockerMachinePoolMachineTemplate{})
-			pool.Spec.Remediation = remediation
-			_, err := (&DockerMachinePool{}).ValidateCreate(context.Background(), pool)
-			expectInvalid(g, err, tt.wantErrs)
-
-			// An update that changes only the remediation is checked too.
-			_, err = (&DockerMachinePool{}).ValidateUpdate(context.Background(), poolWith(infrav1.DockerMachinePoolMachineTemplate{}), pool)
-			expectInvalid(g, err, tt.wantErrs)
-
-			template := &infrav1.DockerMachinePoolTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
-			template.Spec.Template.Spec.Remediation = remediation
-			_, err = (&DockerMachinePoolTemplate{}).ValidateCreate(context.Background(), template)
-			var templateErrs []string
-			for _, e := range tt.wantErrs {
-				templateErrs = append(templateErrs, strings.Replace(e, "spec.remediation", "spec.template.spec.remediation", 1))
-			}
-			expectInvalid(g, err, templateErrs)
+			expectSpecValidated(g, func(spec *infrav1.DockerMachinePoolSpec) {
+				spec.Remediation = infrav1.DockerMachinePoolRemediation{MaxInFlight: tt.maxInFlight}
+			}, tt.wantErrs)
 		})
 	}
 }
