@@ -40,8 +40,10 @@ func TestImageVersionVerified(t *testing.T) {
 			wantReason: infrav1.ImageVersionMismatchReason, wantMessage: "holds Kubernetes v1.32.0 by its /kind/version, not the v1.31.0"},
 		{name: "tag@digest whose content is another version: the digest's content decides",
 			customImage: retagged + "@" + digest,
-			image:       func(rt *fakeruntime.Runtime) { rt.SetImageFile(retagged+"@"+digest, nodeimage.VersionFile, []byte("v1.32.0")) },
-			wantReason:  infrav1.ImageVersionMismatchReason, wantMessage: "holds Kubernetes v1.32.0"},
+			image: func(rt *fakeruntime.Runtime) {
+				rt.SetImageFile(retagged+"@"+digest, nodeimage.VersionFile, []byte("v1.32.0"))
+			},
+			wantReason: infrav1.ImageVersionMismatchReason, wantMessage: "holds Kubernetes v1.32.0"},
 		{name: "an image that records no version: refused",
 			image:      func(rt *fakeruntime.Runtime) { rt.AddImage(retagged) },
 			wantReason: infrav1.ImageVersionNotRecordedReason, wantMessage: "has no /kind/version"},

@@ -7,15 +7,15 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
-	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 	"github.com/capdmp/capdmp/internal/bootstrap"
+	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -179,6 +179,7 @@ func labelValues(g Gomega, versions []string) []string {
 
 // testDataHash is the hash of the test's bootstrap data, as the pool records it.
 func testDataHash(t *testing.T) string {
+	t.Helper()
 	data, err := bootstrap.NewData([]byte(cloudConfig), bootstrap.FormatCloudConfig)
 	if err != nil {
 		t.Fatal(err)

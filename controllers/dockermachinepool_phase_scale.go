@@ -280,7 +280,11 @@ func (r *DockerMachinePoolReconciler) verifyCreation(ctx context.Context, s *poo
 	case err != nil:
 		return "", nil, err
 	}
-	if same, err := skew.SameRelease(img.Version, version); err != nil || !same {
+	same, err := skew.SameRelease(img.Version, version)
+	if err != nil {
+		return "", nil, pkgerrors.Wrapf(err, "failed to compare the version of image %s", image)
+	}
+	if !same {
 		return "", &creationRefusal{reason: infrav1.ImageVersionMismatchReason, retryAfter: imageRetryPeriod,
 			message: fmt.Sprintf("image %s (%s) holds Kubernetes %s by its %s, not the %s it is used as; none of it is started", image, img.ID, img.Version, nodeimage.VersionFile, version)}, nil
 	}

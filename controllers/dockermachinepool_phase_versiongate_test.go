@@ -349,14 +349,14 @@ func TestAdmittedImageFromContainers(t *testing.T) {
 				objs = append(objs, joinedMachine(c))
 			}
 			r, _ := newTestReconciler(g, objs, rt)
-			pool := reconcilePool(g, r)
+			reconcilePool(g, r)
 			// The pause began with this reconcile: no container is made with data older than it.
 			// CABPK re-renders the data with a new token, as the refresh asked.
 			secret := &corev1.Secret{}
 			g.Expect(r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: "mp-data"}, secret)).To(Succeed())
 			secret.Data["value"] = []byte(strings.Replace(cloudConfig, "abcdef.0123456789abcdef", "ghijkl.0123456789abcdef", 1))
 			g.Expect(r.Client.Update(context.Background(), secret)).To(Succeed())
-			pool = reconcilePool(g, r)
+			pool := reconcilePool(g, r)
 
 			g.Expect(pool.Status.VersionGate.AdmittedVersion).To(Equal(tt.wantAdmitted))
 			if tt.wantAdmitted != "" {
