@@ -110,8 +110,8 @@ E2E_LOCAL_TIMEOUT ?= 75m
 E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
 
 .PHONY: test-e2e-local
-test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smoke test, three upgrade scenarios on real KCP, CAPD and CAPDMP nodes
-	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN=TestScenarios SCENARIOS="$(E2E_LOCAL_SCENARIOS)"
+test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smoke test, three upgrade scenarios and a retagged image refused, on real KCP, CAPD and CAPDMP nodes
+	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='^(TestScenarios|TestRetaggedImageRefused)$$' SCENARIOS="$(E2E_LOCAL_SCENARIOS)"
 
 .PHONY: test-e2e-full
 test-e2e-full: ## Full real tier: node images of three versions with CoreDNS, smoke test, every real scenario
@@ -131,7 +131,7 @@ real-tier: envtest-binaries test-smoke
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
 	eval "$$(hack/docker-engine.sh start)" && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags $(E2E_LOCAL_TAGS) -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
 	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/scenarios/realnodes/ 2>&1 | tee $(E2E_LOCAL_LOG); \
-	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|bench-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
+	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|bench-|retagged-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
 include hack/images/images.mk
