@@ -47,6 +47,11 @@ const (
 	// files, so that one left behind (by a crash between create and remove) is recognisable.
 	ImageReaderLabel = "infrastructure.capdmp.dev/image-reader"
 
+	// DefaultStaleImageReaderAge is far above what a read takes (well under a second), so that a
+	// read in flight, of this process or another sharing the engine, is never taken for one left
+	// behind.
+	DefaultStaleImageReaderAge = time.Minute
+
 	// imageReaderPrefix starts the names of ReadImageFile's containers.
 	imageReaderPrefix = "capdmp-image-reader-"
 )
@@ -65,6 +70,10 @@ type Docker struct {
 
 	// CallTimeout bounds each request to the engine but streams; DefaultCallTimeout when zero.
 	CallTimeout time.Duration
+
+	// StaleImageReaderAge is how old a never-started reader container of ReadImageFile must be
+	// before a later read removes it as left behind; DefaultStaleImageReaderAge when zero.
+	StaleImageReaderAge time.Duration
 
 	client *client.Client
 	// networkMu serialises EnsureNetwork: engines before API 1.44 accept two networks with the
@@ -452,6 +461,7 @@ func (d *Docker) ReadImageFile(ctx context.Context, image, filePath string) (con
 		return nil, fmt.Errorf("failed to read %q of image %q: failed to name the reader container: %w", filePath, image, err)
 	}
 	name := imageReaderPrefix + hex.EncodeToString(suffix)
+	d.removeStaleImageReaders(ctx)
 
 	defer func() {
 		// Always, by name: a create cut short may have made the container without telling its ID.
@@ -499,6 +509,24 @@ func (d *Docker) ReadImageFile(ctx context.Context, image, filePath string) (con
 		return nil, fmt.Errorf("failed to read %q of image %q: %w", filePath, image, d.unavailable(ctx, err))
 	}
 	return content, nil
+}
+
+// removeStaleImageReaders removes the reader containers an earlier ReadImageFile could not: its
+// removal failed with the engine (stopped, restarted, wedged) or its process was killed. Best
+// effort: what it cannot remove now, a later read removes, and the read itself reports the
+// engine's errors.
+func (d *Docker) removeStaleImageReaders(ctx context.Context) {
+	readers, err := d.List(ctx, map[string]string{ImageReaderLabel: "true"})
+	if err != nil {
+		return
+	}
+	staleAge := cmp.Or(d.StaleImageReaderAge, DefaultStaleImageReaderAge)
+	for _, r := range readers {
+		if r.Running || time.Since(r.CreatedAt) < staleAge || !strings.HasPrefix(r.Name, imageReaderPrefix) {
+			continue
+		}
+		_ = d.Delete(ctx, r.Name)
+	}
 }
 
 // singleFile reads the content of the first entry of a tar stream, which must be a regular file

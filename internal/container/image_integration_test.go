@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -93,7 +94,8 @@ func TestDockerImageIntegration(t *testing.T) {
 		}
 		return left
 	}
-	readCalls := container.CallCounts{"ContainerCreate": 1, "CopyFromContainer": 1, "ContainerRemove": 1}
+	// A read first lists the readers left behind (none here).
+	readCalls := container.CallCounts{"ContainerList": 1, "ContainerCreate": 1, "CopyFromContainer": 1, "ContainerRemove": 1}
 
 	t.Run("ImageID", func(t *testing.T) {
 		tests := []struct {
@@ -126,6 +128,10 @@ func TestDockerImageIntegration(t *testing.T) {
 	})
 
 	t.Run("ReadImageFile", func(t *testing.T) {
+		// A first read removes what earlier runs on this engine left behind, which the counts
+		// below do not expect.
+		_, err := d.ReadImageFile(ctx, image, "/kind/version")
+		NewWithT(t).Expect(err).ToNot(HaveOccurred())
 		tests := []struct {
 			name string
 			// image is the reference to read; empty means the ID of the test image.
@@ -144,7 +150,7 @@ func TestDockerImageIntegration(t *testing.T) {
 			{name: "missing file", image: image, path: "/kind/nope", wantErr: container.ErrFileNotFound, wantCalls: readCalls},
 			{name: "missing directory", image: image, path: "/nope/version", wantErr: container.ErrFileNotFound, wantCalls: readCalls},
 			{name: "missing image, not pulled", image: missing, path: "/kind/version", wantErr: container.ErrImageNotFound,
-				wantCalls: container.CallCounts{"ContainerCreate": 1, "ContainerRemove": 1}},
+				wantCalls: container.CallCounts{"ContainerList": 1, "ContainerCreate": 1, "ContainerRemove": 1}},
 			{name: "a symlink is not followed", image: image, path: "/kind/link", wantMsg: `symbolic link to "version"`, wantCalls: readCalls},
 			{name: "a directory", image: image, path: "/kind/dir", wantMsg: "not a regular file", wantCalls: readCalls},
 			{name: "a file over MaxImageFile", image: image, path: "/big", wantMsg: "more than", wantCalls: readCalls},
@@ -187,6 +193,30 @@ func TestDockerImageIntegration(t *testing.T) {
 		_, err := d.ReadImageFile(cctx, image, "/kind/version")
 		g.Expect(err).To(MatchError(context.Canceled))
 		g.Expect(readersLeft(g)).To(BeEmpty())
+	})
+
+	t.Run("a reader container left behind is removed by a later read", func(t *testing.T) {
+		g := NewWithT(t)
+		// As a read whose removal failed with the engine leaves it: created, never started.
+		leftover := "capdmp-image-reader-leftover-" + run
+		out, err := exec.Command("docker", "create", "--name", leftover, "--network", "none",
+			"--label", container.ImageReaderLabel+"=true", "--label", "capdmp.test/run="+run,
+			"--entrypoint", "/nonexistent", image).CombinedOutput()
+		g.Expect(err).ToNot(HaveOccurred(), string(out))
+		// Long enough that no read of another test sharing the engine is taken for one left behind.
+		const staleAge = 10 * time.Second
+		d.StaleImageReaderAge = staleAge
+		t.Cleanup(func() { d.StaleImageReaderAge = 0 })
+
+		_, err = d.ReadImageFile(ctx, image, "/kind/version")
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(readersLeft(g)).To(ConsistOf(leftover), "younger than the stale age: kept")
+
+		g.Eventually(func(g Gomega) {
+			_, err := d.ReadImageFile(ctx, image, "/kind/version")
+			g.Expect(err).ToNot(HaveOccurred())
+			g.Expect(readersLeft(g)).To(BeEmpty())
+		}, 3*staleAge, time.Second).Should(Succeed())
 	})
 
 	t.Run("ReadImageFile in parallel", func(t *testing.T) {
