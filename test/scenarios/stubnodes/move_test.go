@@ -15,10 +15,13 @@ import (
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	clusterctlcluster "sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
 	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/testenv"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // TestFaultClusterctlMove moves a cluster whose pool runs two stub nodes to a second management API
@@ -40,30 +43,8 @@ func TestFaultClusterctlMove(t *testing.T) {
 	machinesBefore := machineNames(ctx, g, mgmt, c.namespace)
 	g.Expect(machinesBefore).To(HaveLen(2))
 
-	target, err := testenv.StartManagement(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = target.Stop() })
-	g.Expect(installInfrastructureClusterCRD(target.APIServer)).To(Succeed())
-	stopTarget, err := runManager(target.APIServer, currentManager)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(stopTarget)
-
-	dir := t.TempDir()
-	from := clusterctlClient(ctx, g, testEnv.Management.APIServer, filepath.Join(dir, "from"))
-	to := clusterctlClient(ctx, g, target.APIServer, filepath.Join(dir, "to"))
 	start := time.Now()
-	g.Expect(from.ObjectMover().Move(ctx, c.namespace, to, false)).To(Succeed())
-	t.Logf("clusterctl move: %s", time.Since(start).Round(time.Millisecond))
-
-	// The source keeps nothing of the cluster.
-	g.Expect(machineNames(ctx, g, mgmt, c.namespace)).To(BeEmpty())
-	g.Expect(mgmt.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: c.name}, &clusterv1.Cluster{})).NotTo(Succeed())
-
-	// The target runs the same pool on the same containers. Move does not copy status: the
-	// providers the test plays (infrastructure cluster, control plane) report theirs again.
-	moved := &testCluster{t: t, namespace: c.namespace, name: c.name, engine: c.engine, management: target.Client}
-	moved.setInfrastructureProvisioned()
-	moved.setControlPlaneStatus(v131)
+	moved, target := moveCluster(t, c, v131)
 	g.Eventually(func(g Gomega) {
 		mp := moved.machinePool()
 		g.Expect(ptr.Deref(mp.Status.ReadyReplicas, 0)).To(BeEquivalentTo(2), "MachinePool ready replicas; Machines: %s", moved.machineConditions())
@@ -80,6 +61,81 @@ func TestFaultClusterctlMove(t *testing.T) {
 	// finds none left behind).
 	g.Expect(target.Client.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name}})).To(Succeed())
 	g.Eventually(moved.clusterContainers, 2*time.Minute, 250*time.Millisecond).Should(BeEmpty())
+}
+
+// TestFaultClusterctlMoveWhileGateWaits moves a pool whose gate waits (MachinePool at v1.32,
+// control plane at v1.31): move does not copy status, so the pool on the target knows its last
+// admitted image only from its containers. A container removed there is replaced at the admitted
+// version, and nothing of the target version is created.
+func TestFaultClusterctlMoveWhileGateWaits(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2})
+	c.waitForReady(2, v131, 2*time.Minute)
+	mp := &clusterv1.MachinePool{}
+	c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = v132 })
+	g.Eventually(func(g Gomega) {
+		g.Expect(conditions.GetReason(c.pool(), infrav1.VersionSkewCondition)).To(Equal(string(skew.ControlPlaneOlder)))
+	}, time.Minute, 250*time.Millisecond).Should(Succeed())
+
+	moved, target := moveCluster(t, c, v131)
+	g.Eventually(func(g Gomega) {
+		g.Expect(ptr.Deref(moved.pool().Status.ReadyReplicas, 0)).To(BeEquivalentTo(2), "Machines: %s", moved.machineConditions())
+	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
+
+	lost := moved.containers()[0].Name
+	g.Expect(moved.engine.Delete(ctx, lost)).To(Succeed())
+	t.Logf("removed container %s on the target", lost)
+	g.Eventually(func(g Gomega) {
+		containers := moved.containers()
+		g.Expect(containers).To(HaveLen(2))
+		for _, ct := range containers {
+			g.Expect(ct.Name).NotTo(Equal(lost))
+			g.Expect(ct.Labels).To(HaveKeyWithValue(infrav1.KubernetesVersionLabel, v131), "only the admitted version is created")
+		}
+		g.Expect(ptr.Deref(moved.pool().Status.ReadyReplicas, 0)).To(BeEquivalentTo(2), "Machines: %s", moved.machineConditions())
+	}, 3*time.Minute, 250*time.Millisecond).Should(Succeed())
+	gate := moved.pool().Status.VersionGate
+	g.Expect(gate.AdmittedVersion).To(Equal(v131))
+	g.Expect(gate.WaitingReason).To(Equal(string(skew.ControlPlaneOlder)))
+
+	// The cluster lives on the target now: deleted there, it takes its containers with it.
+	g.Expect(target.Client.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: c.name}})).To(Succeed())
+	g.Eventually(moved.clusterContainers, 2*time.Minute, 250*time.Millisecond).Should(BeEmpty())
+}
+
+// moveCluster moves c with Cluster API's own move code (clusterctl's ObjectMover) to a second
+// management API server with a manager of its own, checks the source keeps nothing of it, and
+// returns the cluster as the target serves it, its infrastructure and control plane (at
+// controlPlaneVersion) reporting their status again: move does not copy status, and the test
+// plays those providers.
+func moveCluster(t *testing.T, c *testCluster, controlPlaneVersion string) (*testCluster, *testenv.Management) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	target, err := testenv.StartManagement(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = target.Stop() })
+	g.Expect(installInfrastructureClusterCRD(target.APIServer)).To(Succeed())
+	stopTarget, err := runManager(target.APIServer, currentManager)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(stopTarget)
+
+	dir := t.TempDir()
+	from := clusterctlClient(ctx, g, testEnv.Management.APIServer, filepath.Join(dir, "from"))
+	to := clusterctlClient(ctx, g, target.APIServer, filepath.Join(dir, "to"))
+	start := time.Now()
+	g.Expect(from.ObjectMover().Move(ctx, c.namespace, to, false)).To(Succeed())
+	t.Logf("clusterctl move: %s", time.Since(start).Round(time.Millisecond))
+
+	g.Expect(machineNames(ctx, g, mgmt, c.namespace)).To(BeEmpty())
+	g.Expect(mgmt.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: c.name}, &clusterv1.Cluster{})).NotTo(Succeed())
+
+	moved := &testCluster{t: t, namespace: c.namespace, name: c.name, engine: c.engine, management: target.Client}
+	moved.setInfrastructureProvisioned()
+	moved.setControlPlaneStatus(controlPlaneVersion)
+	return moved, target
 }
 
 // clusterctlClient is clusterctl's client of a management API server, its CRDs labelled and its
