@@ -244,6 +244,11 @@ func renderJinja(value []byte, vars Vars) ([]byte, error) {
 	if !hasJinjaHeader(value) {
 		return value, nil
 	}
+	return substituteJinja(value, vars)
+}
+
+// substituteJinja is renderJinja on text that is part of a document with the Jinja header.
+func substituteJinja(value []byte, vars Vars) ([]byte, error) {
 	known := map[string]string{
 		"ds.meta_data.hostname":       vars.Hostname,
 		"ds.meta_data.local_hostname": vars.Hostname,

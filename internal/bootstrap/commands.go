@@ -116,6 +116,8 @@ type file struct {
 const (
 	writeFileScript  = `set -e; d="${1%/*}"; [ -z "$d" ] || mkdir -p "$d"; cat > "$1"; chmod "$2" "$1"; [ -z "$3" ] || chown "$3" "$1"`
 	appendFileScript = `set -e; d="${1%/*}"; [ -z "$d" ] || mkdir -p "$d"; cat >> "$1"; chmod "$2" "$1"; [ -z "$3" ] || chown "$3" "$1"`
+	// writeFileName is $0 of the write scripts; it also tells a command that writes a file.
+	writeFileName = "capdmp-write-file"
 )
 
 func writeFileCommand(f file, step string) Command {
@@ -134,10 +136,18 @@ func writeFileCommand(f file, step string) Command {
 		content = []byte{}
 	}
 	return Command{
-		Argv:  []string{"/bin/sh", "-c", script, "capdmp-write-file", f.Path, f.Permissions, owner},
+		Argv:  []string{"/bin/sh", "-c", script, writeFileName, f.Path, f.Permissions, owner},
 		Stdin: content,
 		Step:  step,
 	}
+}
+
+// writtenPath is the path of the file a writeFileCommand writes; false for other commands.
+func writtenPath(c Command) (string, bool) {
+	if len(c.Argv) < 5 || c.Argv[0] != "/bin/sh" || c.Argv[3] != writeFileName {
+		return "", false
+	}
+	return c.Argv[4], true
 }
 
 func isRoot(owner string) bool {

@@ -14,11 +14,15 @@ const configurationHost = "node"
 
 // Configuration identifies the configuration the data bootstraps a node with: a hash of the
 // commands it turns into (the files it writes, with their content, owners and modes, and the
-// commands it runs), with every bootstrap token taken out. A bootstrap provider renders the same
-// configuration again when it rotates or refreshes a token: the data changes, its Configuration
-// does not. An edit of what the nodes get (a file, a kubelet flag, a command, the kubeadm API the
-// data is written in) changes it. Data whose commands cannot be built is identified by its value,
-// tokens taken out. 32 hex digits, so that it fits a Kubernetes label value.
+// commands it runs), with every bootstrap token taken out, and the control plane version taken
+// out of the files rendered from a template (Templates). A bootstrap provider renders the same
+// configuration again when it rotates or refreshes a token, and CABPK renders it with the control
+// plane's current version ({{ .controlPlane.version }} of a contentFormat Template file) whenever
+// it renders: the data changes, its Configuration does not, so that a control plane upgrade alone
+// never rolls a pool. An edit of what the nodes get (a file, a template, a version written in a
+// file rather than substituted, a kubelet flag, a command, the kubeadm API the data is written
+// in) changes it. Data whose commands cannot be built is identified by its value, tokens taken
+// out. 32 hex digits, so that it fits a Kubernetes label value.
 func (d Data) Configuration() string {
 	h := sha256.New()
 	write := func(b []byte) {
@@ -34,7 +38,34 @@ func (d Data) Configuration() string {
 		for _, arg := range c.Argv {
 			write([]byte(arg))
 		}
-		write(c.Stdin)
+		write(d.configurationInput(c))
 	}
 	return hex.EncodeToString(h.Sum(nil))[:hashLabelLength]
+}
+
+// configurationInput is the stdin of a command as Configuration counts it: the content of a file
+// rendered from one of the data's Templates with the control plane version taken out; anything
+// else as it is. Data without Templates (another bootstrap provider, or no templated file) counts
+// as it did before templates were known.
+func (d Data) configurationInput(c Command) []byte {
+	path, ok := writtenPath(c)
+	if !ok || len(d.Templates) == 0 {
+		return c.Stdin
+	}
+	var asWritten func([]byte) ([]byte, error)
+	if (d.Format == FormatCloudConfig || d.Format == "") && hasJinjaHeader(d.Value) {
+		// The instance variables Commands substituted for Configuration.
+		asWritten = func(b []byte) ([]byte, error) {
+			return substituteJinja(b, Vars{Hostname: configurationHost, InstanceID: configurationHost})
+		}
+	}
+	for _, t := range d.Templates {
+		if t.Path != path {
+			continue
+		}
+		if content, ok := withoutControlPlaneVersion(t.Path, t.Template, c.Stdin, asWritten); ok {
+			return content
+		}
+	}
+	return c.Stdin
 }

@@ -39,6 +39,10 @@ type Data struct {
 	// tells fresh data from stale without keeping a copy. At 64 characters it is one too long for
 	// a Kubernetes label value: see HashLabelValue.
 	Hash string
+	// Templates are the templates the bootstrap provider rendered files of the data from, by path
+	// (Read fills them in from the KubeadmConfig that renders the data): Configuration takes out
+	// of those files the control plane version CABPK substitutes. They are not part of Hash.
+	Templates []FileTemplate
 }
 
 // NewData returns the Data of a value; an empty format means cloud-config.
@@ -72,6 +76,10 @@ func HashLabelValue(hash string) string {
 // Read reads the bootstrap data Secret namespace/name. Pass a reader that goes to the API server
 // (the manager's APIReader), not the cache: the data changes in place when the bootstrap provider
 // refreshes its token, and caching every Secret of the cluster is what a controller must not do.
+//
+// When a KubeadmConfig controls the Secret, Read also reads its templated files (Templates, and
+// the Secrets they take content from), so that every reader of the data computes the same
+// Configuration: the pool's status and the labels of its containers are compared.
 func Read(ctx context.Context, c client.Reader, namespace, name string) (*Data, error) {
 	secret := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
@@ -84,6 +92,9 @@ func Read(ctx context.Context, c client.Reader, namespace, name string) (*Data, 
 	data, err := NewData(value, string(secret.Data[formatKey]))
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap data Secret %s/%s: %w", namespace, name, err)
+	}
+	if data.Templates, err = kubeadmConfigTemplates(ctx, c, secret); err != nil {
+		return nil, err
 	}
 	return data, nil
 }
