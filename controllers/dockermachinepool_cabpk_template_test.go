@@ -52,9 +52,6 @@ const (
 // rolls nothing for its configuration either. A real edit rendered the same way (a raw file
 // edited to name the new version by hand) still changes the configuration.
 func TestCABPKControlPlaneUpgradeKeepsTheConfiguration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two API servers and CABPK")
-	}
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, err := testenv.Start(ctx, testenv.Options{Workload: true})
