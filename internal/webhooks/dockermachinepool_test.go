@@ -320,16 +320,20 @@ func TestDockerMachinePoolUIDAnnotation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			webhook := &DockerMachinePool{Client: poolReader(g)}
-			var err error
-			if tt.old == nil {
-				_, err = webhook.ValidateCreate(context.Background(), tt.new)
-			} else {
-				_, err = webhook.ValidateUpdate(context.Background(), tt.old, tt.new)
-			}
+			err := validateCreateOrUpdate(&DockerMachinePool{Client: poolReader(g)}, tt.old, tt.new)
 			expectInvalid(g, err, tt.wantErrs)
 		})
 	}
+}
+
+// validateCreateOrUpdate validates newPool as a create when oldPool is nil, else as an update.
+func validateCreateOrUpdate(webhook *DockerMachinePool, oldPool, newPool *infrav1.DockerMachinePool) error {
+	if oldPool == nil {
+		_, err := webhook.ValidateCreate(context.Background(), newPool)
+		return err
+	}
+	_, err := webhook.ValidateUpdate(context.Background(), oldPool, newPool)
+	return err
 }
 
 // TestDockerMachinePoolUIDHeldByAnotherPool: a pool may not record a UID another pool holds, as
@@ -408,13 +412,7 @@ func TestDockerMachinePoolUIDHeldByAnotherPool(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			webhook := &DockerMachinePool{Client: poolReader(g, tt.existing...)}
-			var err error
-			if tt.old == nil {
-				_, err = webhook.ValidateCreate(context.Background(), tt.new)
-			} else {
-				_, err = webhook.ValidateUpdate(context.Background(), tt.old, tt.new)
-			}
+			err := validateCreateOrUpdate(&DockerMachinePool{Client: poolReader(g, tt.existing...)}, tt.old, tt.new)
 			expectInvalid(g, err, tt.wantErrs)
 		})
 	}
