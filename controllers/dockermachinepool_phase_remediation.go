@@ -86,9 +86,8 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 	if plan := s.creation; plan.count > 0 {
 		switch {
 		case plan.blockedReason != "":
+			// planCreation sets it whenever the gate admits no image, so an unblocked plan has one.
 			blocked = plan.blockedMessage
-		case plan.image == "":
-			_, _, blocked = s.creatableImage()
 		default:
 			_, refusal, err := r.verifyCreation(ctx, s, plan.image, plan.version)
 			if err != nil {

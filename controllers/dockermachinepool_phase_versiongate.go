@@ -218,15 +218,11 @@ func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, 
 		conditions.Set(s.pool, metaCondition(infrav1.KubeletSkewCondition, true, infrav1.KubeletsWithinSkewPolicyReason, ""))
 		return ctrl.Result{}, nil
 	}
-	const maxNamed = 3
 	counted := fmt.Sprintf("%d kubelets break", len(outOfPolicy))
 	if len(outOfPolicy) == 1 {
 		counted = "1 kubelet breaks"
 	}
-	msg := fmt.Sprintf("%s the version skew policy: %s", counted, strings.Join(outOfPolicy[:min(len(outOfPolicy), maxNamed)], "; "))
-	if len(outOfPolicy) > maxNamed {
-		msg += fmt.Sprintf("; and %d more", len(outOfPolicy)-maxNamed)
-	}
+	msg := fmt.Sprintf("%s the version skew policy: %s", counted, containerList(outOfPolicy))
 	if previous := conditions.Get(s.pool, infrav1.KubeletSkewCondition); previous == nil || previous.Message != msg {
 		ctrl.LoggerFrom(ctx).Info("Kubelets of the pool break the version skew policy", "kubelets", outOfPolicy)
 		r.eventf(s.pool, corev1.EventTypeWarning, infrav1.KubeletsOutOfSkewPolicyReason, "%s", msg)
