@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -326,7 +327,7 @@ func (r *DockerMachinePoolReconciler) requestBootstrapRefresh(ctx context.Contex
 	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to get a client for the workload cluster")
 	}
-	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + tokenID}}
+	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(tokenID)}}
 	if err := workload.Delete(ctx, tokenSecret); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to delete the workload cluster's bootstrap token %s", tokenID)
 	}

@@ -3,11 +3,7 @@ package bootstrap
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"regexp"
 )
-
-// anyBootstrapToken finds kubeadm bootstrap tokens, "[a-z0-9]{6}.[a-z0-9]{16}", wherever they are.
-var anyBootstrapToken = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
 
 // configurationHost stands for the node's host name: the configuration is the same for every node.
 const configurationHost = "node"

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/cluster-bootstrap/util/tokens"
 	"sigs.k8s.io/yaml"
 )
 
@@ -26,8 +28,11 @@ var (
 
 const kubeadmGroup = "kubeadm.k8s.io"
 
-// bootstrapTokenFormat is kubeadm's token format, "[a-z0-9]{6}.[a-z0-9]{16}".
-var bootstrapTokenFormat = regexp.MustCompile(`^([a-z0-9]{6})\.[a-z0-9]{16}$`)
+// anyBootstrapToken finds bootstrap tokens wherever they are in a text, to hash data without
+// them (Configuration) or to redact them (Redact): k8s.io/cluster-bootstrap's token format
+// (bootstrapapi.BootstrapTokenPattern, "<id>.<secret>" in [a-z0-9]), unanchored.
+var anyBootstrapToken = regexp.MustCompile(fmt.Sprintf(`\b[a-z0-9]{%d}\.[a-z0-9]{%d}\b`,
+	bootstrapapi.BootstrapTokenIDBytes, bootstrapapi.BootstrapTokenSecretBytes))
 
 // joinConfiguration is the part of a kubeadm JoinConfiguration (v1beta3, v1beta4) read here.
 type joinConfiguration struct {
@@ -68,12 +73,12 @@ func BootstrapTokenID(data *Data) (string, error) { //nolint:revive // "bootstra
 	if token == "" {
 		return "", ErrNoBootstrapToken
 	}
-	m := bootstrapTokenFormat.FindStringSubmatch(token)
-	if m == nil {
-		// Not quoting the token: it is a credential.
-		return "", errors.New("the bootstrap token of the kubeadm JoinConfiguration is malformed")
+	id, _, err := tokens.ParseToken(token)
+	if err != nil {
+		// Not wrapping err, which quotes the token: it is a credential.
+		return "", fmt.Errorf("the bootstrap token of the kubeadm JoinConfiguration is malformed: not of the form %q", bootstrapapi.BootstrapTokenPattern)
 	}
-	return m[1], nil
+	return id, nil
 }
 
 // findJoinConfiguration looks for a JoinConfiguration in every file the data writes, whatever

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"errors"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -122,14 +123,37 @@ func TestJoinConfigurationAPIVersionAndToken(t *testing.T) {
 	}
 }
 
-func TestBootstrapTokenIDMalformedDoesNotLeak(t *testing.T) {
-	g := NewWithT(t)
-	data := mustData(t, renderCloudConfig(t, "1.36.3", func(_ *cloudinit.NodeInput, jc *bootstrapv1.JoinConfiguration) {
-		jc.Discovery.BootstrapToken.Token = "NOT-A-TOKEN-secretpart"
-	}), "")
-	_, err := BootstrapTokenID(data)
-	g.Expect(err).To(MatchError(ContainSubstring("malformed")))
-	g.Expect(err.Error()).ToNot(ContainSubstring("secretpart"))
+// TestBootstrapTokenIDMalformed: a token k8s.io/cluster-bootstrap does not parse as
+// "<6 of [a-z0-9]>.<16 of [a-z0-9]>" is an error that never quotes the token, a credential.
+func TestBootstrapTokenIDMalformed(t *testing.T) {
+	tests := []struct {
+		name  string
+		token string
+	}{
+		{name: "not a token", token: "NOT-A-TOKEN-secretpart"},
+		{name: "no dot", token: "abcdef0123456789secret"},
+		{name: "a short ID", token: "abcde.0123456789secret"},
+		{name: "a long ID", token: "abcdefg.0123456789secret"},
+		{name: "a short secret", token: "abcdef.0123456789secre"},
+		{name: "a long secret", token: "abcdef.0123456789secretx"},
+		{name: "upper case", token: "ABCDEF.0123456789SECRET"},
+		{name: "three parts", token: "abcdef.0123456789secret.0123456789secret"},
+		{name: "an underscore", token: "abc_ef.0123456789secret"},
+		{name: "leading space, as YAML keeps it when quoted", token: " abcdef.0123456789secret"},
+		{name: "trailing newline", token: "abcdef.0123456789secret\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			data := mustData(t, renderCloudConfig(t, "1.36.3", func(_ *cloudinit.NodeInput, jc *bootstrapv1.JoinConfiguration) {
+				jc.Discovery.BootstrapToken.Token = tt.token
+			}), "")
+			id, err := BootstrapTokenID(data)
+			g.Expect(err).To(MatchError(ContainSubstring("malformed")), "read ID %q", id)
+			g.Expect(err.Error()).ToNot(Or(ContainSubstring("0123456789"), ContainSubstring("secre")), "the error does not quote the token")
+			g.Expect(errors.Is(err, ErrNoBootstrapToken)).To(BeFalse(), "a token is there, it does not parse")
+		})
+	}
 }
 
 func TestJoinConfigurationAPIVersionNil(t *testing.T) {

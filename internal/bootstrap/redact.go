@@ -18,8 +18,8 @@ var redactions = []struct {
 	{regexp.MustCompile(`(?i)\b(client-key-data|client-certificate-data|certificate-authority-data|token|certificateKey|certificate-key)(["']?\s*[:=]\s*["']?)[^\s"',}]+`), "${1}${2}<redacted>"},
 	// Command-line flags that carry them.
 	{regexp.MustCompile(`(--(?:token|certificate-key|discovery-token)[= ])\S+`), "${1}<redacted>"},
-	// Bootstrap tokens anywhere: [a-z0-9]{6}.[a-z0-9]{16}.
-	{regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`), "<redacted bootstrap token>"},
+	// Bootstrap tokens anywhere.
+	{anyBootstrapToken, "<redacted bootstrap token>"},
 }
 
 // Redact removes from s the secrets bootstrap data holds (bootstrap tokens, kubeadm certificate
