@@ -32,6 +32,7 @@ import (
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/metrics"
+	"github.com/capdmp/capdmp/internal/nodeimage"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
 
@@ -443,6 +444,12 @@ func failedBootstrapMessage(status bootstrap.Status) string {
 func (r *DockerMachinePoolMachineReconciler) preloadImages(ctx context.Context, name string, images []string) error {
 	if len(images) == 0 {
 		return nil
+	}
+	// As the webhook checks them; it may not have run, or under an older manager.
+	for i, image := range images {
+		if _, err := nodeimage.ParseReference(image); err != nil {
+			return pkgerrors.Wrapf(err, "spec.template.preLoadImages[%d]", i)
+		}
 	}
 	archive, err := r.Runtime.SaveImages(ctx, images)
 	if err != nil {

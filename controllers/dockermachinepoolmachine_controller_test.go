@@ -54,7 +54,19 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 		// containerVersion is the container's version label: v1.31.0 unless set. The test data's
 		// JoinConfiguration is v1beta4, which a kubeadm of 1.30 cannot read.
 		containerVersion string
+		// preLoadImages are the pool's; the engine has busybox:1.36 and nothing else of them.
+		preLoadImages []string
+		wantSaves     int64 // SaveImages calls
 	}{
+		{name: "preLoadImages the engine has: saved, then the bootstrap starts", status: container.ExecResult{ExitCode: 80},
+			preLoadImages: []string{"busybox:1.36"}, wantSaves: 1,
+			wantReason: infrav1.BootstrappingReason, wantStarted: true, wantRequeue: 500 * time.Millisecond},
+		{name: "a preLoadImages entry that is no image reference: failed without asking the engine", status: container.ExecResult{ExitCode: 80},
+			preLoadImages: []string{"busybox:1.36", "Registry/UPPER:1"},
+			wantReason:    infrav1.BootstrapFailedReason, wantMessage: `Loading images failed: spec.template.preLoadImages[1]: "Registry/UPPER:1" is not a valid image reference`},
+		{name: "a preLoadImages entry that is an image ID: failed without asking the engine", status: container.ExecResult{ExitCode: 80},
+			preLoadImages: []string{"sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"},
+			wantReason:    infrav1.BootstrapFailedReason, wantMessage: "an image ID, not a name"},
 		{name: "fresh container: starts the bootstrap and comes back to follow it", status: container.ExecResult{ExitCode: 80},
 			wantReason: infrav1.BootstrappingReason, wantStarted: true, wantRequeue: 500 * time.Millisecond},
 		{name: "already bootstrapped (sentinel): not run again", status: container.ExecResult{ExitCode: 0},
@@ -100,7 +112,13 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
 			objs := w.objects()
 			objs = append(objs, poolMachine(name))
+			for _, o := range objs {
+				if pool, ok := o.(*infrav1.DockerMachinePool); ok {
+					pool.Spec.Template.PreLoadImages = tt.preLoadImages
+				}
+			}
 			rt := fakeruntime.NewWithNodeImages()
+			rt.AddImage("busybox:1.36")
 			if !tt.noContainer {
 				version := "v1.31.0"
 				if tt.containerVersion != "" {
@@ -149,6 +167,7 @@ func TestDockerMachinePoolMachineBootstrap(t *testing.T) {
 			g.Expect(cond.Message).To(ContainSubstring(tt.wantMessage))
 			g.Expect(launched).To(Equal(tt.wantStarted))
 			g.Expect(stopped).To(Equal(tt.wantStopped))
+			g.Expect(rt.Calls()["SaveImages"]).To(Equal(tt.wantSaves))
 			if tt.wantStarted {
 				g.Expect(string(runner)).To(ContainSubstring("kubeadm join"))
 				g.Expect(m.Labels).To(HaveKey(infrav1.BootstrapDataHashLabel), "the data the container runs is recorded")

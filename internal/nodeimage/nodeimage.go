@@ -65,13 +65,18 @@ func PinnedImageForVersion(version string) (string, error) {
 // the controller (the pool's target) and the webhook (customImage) share, so that an image the
 // webhook admits is always one the gate can read.
 //
-// Which tags name a version is pkg/skew's rule (skew.VersionFromImageTag: vX.Y.Z, build metadata
-// after "_", a reference an engine accepts), the one other providers import. On top of it the
+// The reference is checked by ParseReference, as every image reference CAPDMP takes. Which tags
+// name a version is pkg/skew's rule (skew.VersionFromImageTag: vX.Y.Z, build metadata after "_"),
+// the one other providers import; its grammar, written out so that they need no container
+// library, accepts what ParseReference does (FuzzVersionOfImageMatchesEngine). On top of it the
 // version must fit in a label value, because CAPDMP records it under
 // infrastructure.capdmp.dev/kubernetes-version and the gate reads running versions back from there.
 func VersionOfImage(image string) (string, error) {
 	if image == "" {
 		return "", fmt.Errorf("no node image: set one tagged with its Kubernetes version (vX.Y.Z)")
+	}
+	if _, err := ParseReference(image); err != nil {
+		return "", err
 	}
 	version, err := skew.VersionFromImageTag(image)
 	if err != nil {

@@ -99,7 +99,8 @@ func TestVersionOfImage(t *testing.T) {
 		{image: "kindest/node:v1.36.3.4", wantErr: "not a Kubernetes version"},
 		{image: "kindest/node:vnext", wantErr: "not a Kubernetes version"},
 		{image: "Kindest/Node:v1.36.3", wantErr: "not a valid image reference"},
-		{image: "kindest/node:v1.36.3@md5:0123456789abcdef0123456789abcdef", wantErr: `digest algorithm "md5"`},
+		{image: "kindest/node:v1.36.3@md5:0123456789abcdef0123456789abcdef", wantErr: "not a valid image reference: unsupported digest algorithm"},
+		{image: "sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5", wantErr: "an image ID, not a name"},
 		{image: "capdmp.local/node:v1.36.3_" + strings.Repeat("a", 60), wantErr: "longer than the 63 characters a label value may have"},
 		{image: "", wantErr: "no node image"},
 	}

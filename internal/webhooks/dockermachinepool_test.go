@@ -106,11 +106,14 @@ func TestDockerMachinePoolValidateCreate(t *testing.T) {
 		{
 			name: "preLoadImages entries that are not image references",
 			template: infrav1.DockerMachinePoolMachineTemplate{PreLoadImages: []string{
-				"nginx:1.27", "Registry/UPPER:1", "nginx:bad tag",
+				"nginx:1.27", "Registry/UPPER:1", "nginx:bad tag", testDigest,
 			}},
 			wantErrs: []string{
 				`spec.template.preLoadImages[1]: Invalid value: "Registry/UPPER:1"`,
 				`spec.template.preLoadImages[2]: Invalid value: "nginx:bad tag"`,
+				// Not the repository "sha256" tagged with the hex: an image loaded into
+				// containerd needs a name.
+				`spec.template.preLoadImages[3]: Invalid value: "` + testDigest + `"`, "an image ID, not a name",
 			},
 		},
 		{

@@ -80,6 +80,7 @@ var hostileInputs = []hostileInput{
 	// preLoadImages.
 	{name: "preLoadImages entry not an image reference", pool: preload("nginx:bad tag"), wantField: "spec.template.preLoadImages[0]"},
 	{name: "preLoadImages entry with an upper-case repository", pool: preload("Registry/UPPER:1"), wantField: "spec.template.preLoadImages[0]"},
+	{name: "preLoadImages entry an image ID", pool: preload("sha256:" + strings.Repeat("ab", 32)), wantField: "spec.template.preLoadImages[0]"},
 	{name: "preLoadImages entry empty", pool: preload(""), wantField: "spec.template.preLoadImages[0]"},
 	{name: "preLoadImages entry longer than 512 characters", pool: preload(strings.Repeat("a", 513)), wantField: "spec.template.preLoadImages[0]"},
 	{name: "preLoadImages with 33 entries", pool: preload(strings.Split(strings.TrimSuffix(strings.Repeat("nginx:1.27,", 33), ","), ",")...), wantField: "spec.template.preLoadImages"},

@@ -42,7 +42,8 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 	seenImages := make(map[string]int, len(template.PreLoadImages))
 	for i, image := range template.PreLoadImages {
 		imgPath := fldPath.Child("preLoadImages").Index(i)
-		named, err := reference.ParseNormalizedNamed(image)
+		// The controller checks them again with the same function before it loads them.
+		named, err := nodeimage.ParseReference(image)
 		if err != nil {
 			allErrs = append(allErrs, field.Invalid(imgPath, image,
 				fmt.Sprintf("must be an image reference such as registry.example/app:v1 or app@sha256:<digest>: %v", err)))
