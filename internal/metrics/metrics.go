@@ -10,11 +10,15 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
+// Labels. A pool is named by dockermachinepool_namespace and dockermachinepool_name, as Cluster
+// API names a Cluster in its own metrics (cluster_namespace, cluster_name): never by namespace,
+// pod, container, service, endpoint, job or instance, the labels Prometheus attaches to every
+// series it scrapes from the manager's Pod, which would rename a metric's own to exported_*.
 const (
-	namespaceLabel = "namespace"
-	nameLabel      = "name"
-	reasonLabel    = "reason"
-	operationLabel = "operation"
+	poolNamespaceLabel = "dockermachinepool_namespace"
+	poolNameLabel      = "dockermachinepool_name"
+	reasonLabel        = "reason"
+	operationLabel     = "operation"
 )
 
 var (
@@ -24,32 +28,32 @@ var (
 	VersionGateWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "capdmp_version_gate_waiting",
 		Help: "1 while the DockerMachinePool's version gate waits, 0 while it admits its target version; reason is the gate's.",
-	}, []string{namespaceLabel, nameLabel, reasonLabel})
+	}, []string{poolNamespaceLabel, poolNameLabel, reasonLabel})
 
 	// VersionGateWaitingSeconds is how long the current pause has lasted, 0 while the gate admits.
 	VersionGateWaitingSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "capdmp_version_gate_waiting_seconds",
 		Help: "How long the DockerMachinePool's version gate has waited in its current pause, as of its last reconcile; 0 while it admits.",
-	}, []string{namespaceLabel, nameLabel})
+	}, []string{poolNamespaceLabel, poolNameLabel})
 
 	// VersionGateReopens counts the times a pool's gate went from waiting to admitting.
 	VersionGateReopens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "capdmp_version_gate_reopens_total",
 		Help: "Times the DockerMachinePool's version gate went from waiting to admitting its target version.",
-	}, []string{namespaceLabel, nameLabel})
+	}, []string{poolNamespaceLabel, poolNameLabel})
 
 	// KubeletsOutOfPolicy is how many of a pool's kubelets break the version skew policy against
 	// the control plane, as of the pool's last reconcile.
 	KubeletsOutOfPolicy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "capdmp_kubelets_out_of_skew_policy",
 		Help: "Kubelets of the DockerMachinePool that break the version skew policy against the control plane (newer than its oldest kube-apiserver, or more than three minors older than its newest).",
-	}, []string{namespaceLabel, nameLabel})
+	}, []string{poolNamespaceLabel, poolNameLabel})
 
 	// BootstrapDataRefreshes counts the fresh bootstrap data a pool asked its bootstrap provider for.
 	BootstrapDataRefreshes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "capdmp_bootstrap_data_refreshes_total",
 		Help: "Times the DockerMachinePool asked its bootstrap provider to re-render its bootstrap data (new token).",
-	}, []string{namespaceLabel, nameLabel})
+	}, []string{poolNamespaceLabel, poolNameLabel})
 
 	// BootstrapDuration is how long successful bootstraps ran in their containers, by the node's
 	// clock (whole seconds).
@@ -110,7 +114,7 @@ func init() {
 // RecordVersionGate records a pool's gate as of a reconcile: waiting or not, for which reason,
 // and since when (ignored when not waiting).
 func RecordVersionGate(namespace, name string, waiting bool, reason string, waitingSince time.Time, now time.Time) {
-	pool := prometheus.Labels{namespaceLabel: namespace, nameLabel: name}
+	pool := prometheus.Labels{poolNamespaceLabel: namespace, poolNameLabel: name}
 	// One series per pool: the reason's series replaces the last one.
 	VersionGateWaiting.DeletePartialMatch(pool)
 	value, seconds := 0.0, 0.0
@@ -129,7 +133,7 @@ func RecordVersionGate(namespace, name string, waiting bool, reason string, wait
 
 // ForgetPool removes a deleted pool's series.
 func ForgetPool(namespace, name string) {
-	pool := prometheus.Labels{namespaceLabel: namespace, nameLabel: name}
+	pool := prometheus.Labels{poolNamespaceLabel: namespace, poolNameLabel: name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		VersionGateWaiting, VersionGateWaitingSeconds, VersionGateReopens, BootstrapDataRefreshes, KubeletsOutOfPolicy,
 	} {
