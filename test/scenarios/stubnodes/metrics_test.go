@@ -80,7 +80,7 @@ func TestManagerMetrics(t *testing.T) {
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 2})
 	failing := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 1, preKubeadmCommands: []string{"exit 3"}})
 	c.waitForReady(2, v131, 2*time.Minute)
-	pool := map[string]string{"namespace": c.namespace, "name": c.key().Name}
+	pool := map[string]string{"dockermachinepool_namespace": c.namespace, "dockermachinepool_name": c.key().Name}
 	g.Expect(read(g, "capdmp_version_gate_waiting", withLabel(pool, "reason", string(skew.Admitted)))).To(Equal(0.0))
 	g.Eventually(func(g Gomega) {
 		g.Expect(read(g, "capdmp_bootstrap_failures_total", map[string]string{"reason": "StepFailed"})).To(BeNumerically(">=", 1))
