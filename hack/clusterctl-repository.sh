@@ -10,8 +10,10 @@
 #   infrastructure-docker/<v>/infrastructure-components.yaml requires), manager image set to the
 #                                                            tag make images builds; metadata.yaml
 #                                                            of the cluster-api module
-#   infrastructure-capdmp/<CAPDMP_VERSION>/                  make manifests' components, metadata.yaml,
-#                                                            templates/
+#   infrastructure-capdmp/<CAPDMP_VERSION>/                  a release folder of CAPDMP
+#                                                            (hack/release/release.sh) around make
+#                                                            manifests' components: metadata.yaml,
+#                                                            templates/, cluster-template.yaml
 #   cert-manager/<v>/cert-manager.yaml                       cert-manager's Helm chart and CRDs from
 #                                                            its module (hack/images/cert-manager),
 #                                                            rendered by `helm template` as its
@@ -21,7 +23,8 @@
 # Usage: clusterctl-repository.sh OUT_DIR CAPDMP_COMPONENTS
 #   OUT_DIR            the repository folder (emptied first)
 #   CAPDMP_COMPONENTS  CAPDMP's rendered components (out/infrastructure-components.yaml)
-# Environment: CAPDMP_VERSION (default v0.1.0), NICE (default `nice -n 19`, for go builds).
+# Environment: CAPDMP_VERSION (default hack/release/VERSION, the one place the version is written;
+# the Makefile passes its VERSION), NICE (default `nice -n 19`, for go builds).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { printf '[clusterctl-repository] %s\n' "$*" >&2; }
@@ -31,7 +34,7 @@ die() { log "ERROR: $*"; exit 1; }
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
 capdmp_components="$2"
 [ -s "${capdmp_components}" ] || die "${capdmp_components} is missing or empty (make manifests)"
-CAPDMP_VERSION="${CAPDMP_VERSION:-v0.1.0}"
+CAPDMP_VERSION="${CAPDMP_VERSION:-$(cat "${ROOT}/hack/release/VERSION")}"
 NICE="${NICE-nice -n 19}"
 kustomize() { (cd "${ROOT}" && go tool -modfile=hack/tools/go.mod kustomize "$@"); }
 helm() { (cd "${ROOT}/hack/tools/helm" && ${NICE} go tool helm "$@"); }
@@ -89,11 +92,11 @@ provider bootstrap-kubeadm bootstrap-components.yaml "${capi_dir}" bootstrap/kub
 provider control-plane-kubeadm control-plane-components.yaml "${capi_dir}" controlplane/kubeadm/config/default kubeadm-control-plane
 provider infrastructure-docker infrastructure-components.yaml "${capi_test_dir}" infrastructure/docker/config/default capd
 
-log "infrastructure-capdmp ${CAPDMP_VERSION}: ${capdmp_components}, metadata.yaml, templates/"
+# CAPDMP's folder is what a release of it holds (make release), with the development image's
+# components.
+log "infrastructure-capdmp ${CAPDMP_VERSION}: hack/release/release.sh with ${capdmp_components}"
 capdmp="${out}/infrastructure-capdmp/${CAPDMP_VERSION}"
-mkdir -p "${capdmp}"
-cp "${capdmp_components}" "${capdmp}/infrastructure-components.yaml"
-cp "${ROOT}/metadata.yaml" "${ROOT}"/templates/*.yaml "${capdmp}/"
+VERSION="${CAPDMP_VERSION}" COMPONENTS="${capdmp_components}" "${ROOT}/hack/release/release.sh" "${capdmp}"
 
 # cert-manager publishes cert-manager.yaml with its releases only; its module carries the chart's
 # templates and values and the CRDs' sources. Its Makefile (make/manifests.mk) packs them into a
