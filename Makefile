@@ -51,11 +51,10 @@ manifests: ## Render the clusterctl components (out/infrastructure-components.ya
 
 # The local clusterctl repository (docs/clusterctl.md): out/ is build output, not in git.
 CLUSTERCTL_REPOSITORY ?= $(ROOT)/out/clusterctl-repository
-CAPDMP_VERSION ?= v0.1.0
 
 .PHONY: clusterctl-repository
 clusterctl-repository: manifests ## A local clusterctl repository of Cluster API, kubeadm, CAPD, CAPDMP and cert-manager, with its clusterctl.yaml (out/clusterctl-repository)
-	CAPDMP_VERSION=$(CAPDMP_VERSION) hack/clusterctl-repository.sh $(CLUSTERCTL_REPOSITORY) out/infrastructure-components.yaml
+	CAPDMP_VERSION=$(VERSION) hack/clusterctl-repository.sh $(CLUSTERCTL_REPOSITORY) out/infrastructure-components.yaml
 
 ##@ Test
 .PHONY: envtest-binaries
@@ -135,6 +134,7 @@ real-tier: envtest-binaries test-smoke
 
 include hack/node-images/node-images.mk
 include hack/images/images.mk
+include hack/release/release.mk
 
 ##@ Kind
 # A kind management cluster deployed as users deploy CAPDMP (docs/clusterctl.md, "make
