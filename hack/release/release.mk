@@ -1,6 +1,6 @@
 # A release of CAPDMP (docs/release.md). Included by the Makefile.
 #
-#   make release VERSION=v0.1.0     RELEASE_DIR (out/release): components running RELEASE_IMG,
+#   make release VERSION=vX.Y.Z     RELEASE_DIR (out/release): components running RELEASE_IMG,
 #                                   metadata.yaml, templates, cluster-template.yaml,
 #                                   clusterctl-settings.json (hack/release/release.sh)
 #   make release-image              the manager image RELEASE_IMG, its --version VERSION
