@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -139,21 +138,15 @@ func newScheme() *runtime.Scheme {
 	return scheme
 }
 
-// cacheOptions scopes the manager's cache to the namespace it watches, all when empty. Of
-// Secrets it caches only the metadata of those labelled with a Cluster's name: the pools watch
-// Secrets to notice CABPK's refreshed bootstrap data, which carries that label, and read data
-// live, never from the cache.
-func cacheOptions(namespace string) (ctrlcache.Options, error) {
+// cacheOptions scopes the manager's cache to the namespace it watches, all when empty. It holds
+// no Secret: the manager reads Secrets by name, live (client.CacheOptions.DisableFor in
+// newManager), and its role may not list or watch them.
+func cacheOptions(namespace string) ctrlcache.Options {
 	var opts ctrlcache.Options
 	if namespace != "" {
 		opts.DefaultNamespaces = map[string]ctrlcache.Config{namespace: {}}
 	}
-	ofClusters, err := labels.Parse(clusterv1.ClusterNameLabel)
-	if err != nil {
-		return opts, fmt.Errorf("selecting the Secrets of Clusters: %w", err)
-	}
-	opts.ByObject = map[client.Object]ctrlcache.ByObject{&corev1.Secret{}: {Label: ofClusters}}
-	return opts, nil
+	return opts
 }
 
 func run(ctx context.Context, o *options) error {
@@ -188,10 +181,7 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 		return nil, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Host paths pools may mount", "allowedHostPaths", hostPaths.Allowed())
-	cache, err := cacheOptions(o.watchNamespace)
-	if err != nil {
-		return nil, err
-	}
+	cache := cacheOptions(o.watchNamespace)
 	cache.SyncPeriod = &o.syncPeriod
 	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.managerOptions)
 	if err != nil {
@@ -211,7 +201,8 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 		RetryPeriod:                &o.leaderElectionRetryPeriod,
 		WebhookServer:              webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOptions}),
 		Client: client.Options{Cache: &client.CacheOptions{
-			// Bootstrap data is read live for every container, never from the cache.
+			// Secrets (bootstrap data, for every container) are read live, by name: a cached
+			// read would start an informer on every Secret, which the role does not allow.
 			DisableFor: []client.Object{&corev1.Secret{}},
 			// Control planes are read as unstructured through the contract; serve them from
 			// the informer the gate watches instead of the API server.

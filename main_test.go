@@ -10,66 +10,213 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/spf13/pflag"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/flags"
-	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/cluster-api/util/test/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
-// TestCacheHoldsOnlySecretsOfClusters: the manager's cache, as it watches Secrets' metadata for
-// refreshed bootstrap data, holds the Secrets labelled with a Cluster's name and no other.
-func TestCacheHoldsOnlySecretsOfClusters(t *testing.T) {
+// TestCacheOptions: the manager's cache watches the namespace of --namespace, all when empty, and
+// selects nothing of Secrets, which it does not hold.
+func TestCacheOptions(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(cacheOptions("").DefaultNamespaces).To(BeEmpty())
+	g.Expect(cacheOptions("tenant-a").DefaultNamespaces).To(HaveKey("tenant-a"))
+	g.Expect(cacheOptions("").ByObject).ToNot(HaveKey(BeAssignableToTypeOf(&corev1.Secret{})))
+}
+
+// forbiddenRecorder records the requests the API server refuses (403) on a client's transport.
+type forbiddenRecorder struct {
+	mu      sync.Mutex
+	refused []string
+}
+
+func (f *forbiddenRecorder) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.StatusCode == http.StatusForbidden {
+			f.mu.Lock()
+			f.refused = append(f.refused, req.Method+" "+req.URL.RequestURI())
+			f.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+func (f *forbiddenRecorder) all() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.refused)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestManagerRunsWithItsRole runs the manager with the credentials of its ServiceAccount bound to
+// the ClusterRole config/rbac/role.yaml ships and to nothing else, as in a management cluster: it
+// creates a pool's container and deletes the pool again, and the API server refuses none of its
+// requests (informers included: a watch the role does not allow would never sync). The role lets
+// it get a Secret by name and never list or watch Secrets, in any namespace.
+func TestManagerRunsWithItsRole(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env, err := testenv.StartManagement(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = env.Stop() })
-	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "bootstrap-data", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "someone-elses"}},
-	} {
-		g.Expect(env.Client.Create(ctx, s)).To(Succeed())
+	_, err = envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{builder.GenericControlPlaneCRD.DeepCopy()}})
+	g.Expect(err).NotTo(HaveOccurred())
+	managerConfig, err := env.ManagerConfig(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	refused := &forbiddenRecorder{}
+	managerConfig.Wrap(refused.wrap)
+
+	t.Run("the role reads Secrets by name only", func(t *testing.T) {
+		user := "system:serviceaccount:capdmp-system:capdmp-manager"
+		tests := []struct {
+			verb, namespace string
+			want            bool
+		}{
+			{verb: "get", namespace: "default", want: true},
+			{verb: "list", namespace: "default"},
+			{verb: "list"},
+			{verb: "watch", namespace: "default"},
+			{verb: "watch"},
+			{verb: "update", namespace: "default"},
+		}
+		for _, tt := range tests {
+			g := NewWithT(t)
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:capdmp-system"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: tt.verb, Resource: "secrets", Namespace: tt.namespace},
+			}}
+			g.Expect(env.Client.Create(ctx, review)).To(Succeed())
+			g.Expect(review.Status.Allowed).To(Equal(tt.want), "%s secrets in %q", tt.verb, tt.namespace)
+		}
+	})
+
+	const ns, version = metav1.NamespaceDefault, "v1.31.0"
+	for _, o := range poolWorld(ns, version) {
+		status := o.DeepCopyObject().(client.Object)
+		g.Expect(env.Client.Create(ctx, o)).To(Succeed(), "%T %s", o, o.GetName())
+		if u, ok := status.(*unstructured.Unstructured); ok && u.Object["status"] != nil {
+			u.SetResourceVersion(o.GetResourceVersion())
+			g.Expect(env.Client.Status().Update(ctx, u)).To(Succeed())
+		}
+		if c, ok := status.(*bootstrapv1.KubeadmConfig); ok {
+			c.SetResourceVersion(o.GetResourceVersion())
+			g.Expect(env.Client.Status().Update(ctx, c)).To(Succeed())
+		}
 	}
 
-	opts, err := cacheOptions("")
-	g.Expect(err).NotTo(HaveOccurred())
-	opts.Scheme = newScheme()
-	cache, err := ctrlcache.New(env.Config, opts)
-	g.Expect(err).NotTo(HaveOccurred())
-	go func() { _ = cache.Start(ctx) }()
-	g.Expect(cache.WaitForCacheSync(ctx)).To(BeTrue())
+	machinePool := &clusterv1.MachinePool{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mp"}, machinePool)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ns, Name: "pool", Labels: map[string]string{clusterv1.ClusterNameLabel: "cluster"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachinePool", Name: machinePool.Name, UID: machinePool.UID}},
+	}})).To(Succeed())
 
-	secrets := &metav1.PartialObjectMetadataList{}
-	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	g.Eventually(func(g Gomega) {
-		g.Expect(cache.List(ctx, secrets, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
-		var names []string
-		for _, s := range secrets.Items {
-			names = append(names, s.Name)
+	rt := fakeruntime.NewWithNodeImages("kindest/node:" + version)
+	o := &options{}
+	o.addFlags(pflag.NewFlagSet("manager", pflag.ContinueOnError))
+	o.managerOptions.DiagnosticsAddress, o.healthProbeBindAddr, o.enableWebhooks, o.skipNameValidation = "0", "0", false, true
+	mgrCtx, stop := context.WithCancel(ctx)
+	mgr, err := newManager(mgrCtx, o, managerConfig, rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
 		}
-		g.Expect(names).To(ConsistOf("bootstrap-data"))
-	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	})
 
-	opts, err = cacheOptions("tenant-a")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(opts.DefaultNamespaces).To(HaveKey("tenant-a"))
+	pool := &infrav1.DockerMachinePool{}
+	key := client.ObjectKey{Namespace: ns, Name: "pool"}
+	g.Eventually(func(g Gomega) {
+		g.Expect(rt.Containers()).To(HaveLen(1))
+		machines := &infrav1.DockerMachinePoolMachineList{}
+		g.Expect(env.Client.List(ctx, machines, client.InNamespace(ns))).To(Succeed())
+		g.Expect(machines.Items).To(HaveLen(1))
+		g.Expect(env.Client.Get(ctx, key, pool)).To(Succeed())
+		g.Expect(pool.Finalizers).To(ContainElement(infrav1.MachinePoolFinalizer))
+		g.Expect(pool.Status.Replicas).To(HaveValue(BeEquivalentTo(1)), "the status is patched")
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Expect(refused.all()).To(BeEmpty(), "requests the manager's role does not allow")
+
+	g.Expect(env.Client.Delete(ctx, pool)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(rt.Containers()).To(BeEmpty())
+		err := env.Client.Get(ctx, key, pool)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the pool is gone: %v", err)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Expect(refused.all()).To(BeEmpty(), "requests the manager's role does not allow")
+}
+
+// poolWorld is a Cluster whose control plane runs version, a MachinePool of one replica at
+// version with a KubeadmConfig and the data Secret CABPK would write, and the DockerMachinePool
+// the MachinePool owns.
+func poolWorld(ns, version string) []client.Object {
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster"},
+		Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: "cp",
+		}}}
+	cp := &unstructured.Unstructured{}
+	cp.SetGroupVersionKind(builder.ControlPlaneGroupVersion.WithKind(builder.GenericControlPlaneKind))
+	cp.SetNamespace(ns)
+	cp.SetName("cp")
+	cp.SetLabels(map[string]string{clusterv1.ClusterNameLabel: cluster.Name})
+	_ = unstructured.SetNestedSlice(cp.Object, []any{map[string]any{"version": version, "replicas": int64(1)}}, "status", "versions")
+	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
+	machinePool := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mp", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster.Name}},
+		Spec: clusterv1.MachinePoolSpec{ClusterName: cluster.Name, Replicas: ptr.To[int32](1),
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName: cluster.Name, Version: version,
+				Bootstrap: clusterv1.Bootstrap{
+					ConfigRef:      clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "mp-config"},
+					DataSecretName: ptr.To("mp-data"),
+				},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "DockerMachinePool", Name: "pool"},
+			}}},
+	}
+	config := &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mp-config", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster.Name}},
+		Status: bootstrapv1.KubeadmConfigStatus{DataSecretName: "mp-data"}}
+	data := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mp-data", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster.Name}},
+		Type:       clusterv1.ClusterSecretType,
+		Data: map[string][]byte{"format": []byte("cloud-config"), "value": []byte("#cloud-config\nruncmd:\n- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n" +
+			"write_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: JoinConfiguration\n" +
+			"    discovery:\n      bootstrapToken:\n        apiServerEndpoint: 127.0.0.1:6443\n        token: abcdef.0123456789abcdef\n        unsafeSkipCAVerification: true\n")},
+	}
+	return []client.Object{cluster, cp, machinePool, config, data}
 }
 
 // TestVersionFlag builds the manager with the -ldflags hack/version.sh prints, as make build does,

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	pkgerrors "github.com/pkg/errors"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -43,14 +42,20 @@ const DefaultContainerSyncPeriod = time.Minute
 // keep a local engine busy, few enough not to flood it.
 const DefaultMaxConcurrentCreates = 5
 
-// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepools;dockermachinepools/status;dockermachinepools/finalizers,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines,verbs=get;list;watch;create;update;patch;delete
+// The patch helper and util/finalizers write with patch, never update; no owner reference the
+// controllers set blocks owner deletion, so no <kind>/finalizers update is needed
+// (OwnerReferencesPermissionEnforcement).
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepools,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepools/status,verbs=patch
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines/status,verbs=patch
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=*,verbs=get;list;watch
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigs,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// Secrets are read by name only (bootstrap data, its templates' contentFrom, the kubeconfig the
+// ClusterCache reads): never listed nor watched, so the role grants no read of every Secret.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
@@ -129,12 +134,9 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 			handler.EnqueueRequestsFromMapFunc(clusterToPools),
 			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
 		).
-		// CABPK refreshes a pool's data Secret in place; a pool waiting for fresh data resumes on
-		// the change instead of polling.
-		WatchesMetadata(
-			&corev1.Secret{},
-			handler.EnqueueRequestsFromMapFunc(r.bootstrapObjectToPools),
-		).
+		// No watch on Secrets: the manager may only get them by name. CABPK rewrites a pool's
+		// data Secret in place only with a new token, which it writes into the KubeadmConfig's
+		// spec after the Secret; the KubeadmConfig watch (kubeadmConfigSpecHash) wakes the pool.
 		Build(r)
 	if err != nil {
 		return pkgerrors.Wrap(err, "failed setting up the DockerMachinePool controller")

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,9 @@ import (
 	"sigs.k8s.io/cluster-api/util/test/builder"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -182,12 +186,26 @@ func (f fakeClusterCache) GetClient(context.Context, client.ObjectKey) (client.C
 // cluster it reaches, which holds the bootstrap token of the test data.
 func newTestReconciler(g Gomega, objs []client.Object, rt container.Runtime) (*DockerMachinePoolReconciler, client.Client) {
 	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(objs...).
-		WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}, &clusterv1.Machine{}).Build()
+		WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}, &clusterv1.Machine{}).
+		WithInterceptorFuncs(interceptor.Funcs{List: refuseSecretLists}).Build()
 	workload := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-abcdef"},
 	}).Build()
 	return &DockerMachinePoolReconciler{Client: c, APIReader: c, Runtime: rt, Network: "kind",
 		ClusterCache: fakeClusterCache{workload: workload}}, workload
+}
+
+// refuseSecretLists refuses to list Secrets, as the API server refuses the manager, whose role
+// may only get them by name (config/rbac/role.yaml).
+func refuseSecretLists(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+	gvk, err := apiutil.GVKForObject(list, c.Scheme())
+	if err != nil {
+		return err
+	}
+	if gvk.Group == "" && gvk.Kind == "SecretList" {
+		return apierrors.NewForbidden(corev1.Resource("secrets"), "", errors.New("the manager may not list Secrets"))
+	}
+	return c.List(ctx, list, opts...)
 }
 
 func reconcilePool(g Gomega, r *DockerMachinePoolReconciler) *infrav1.DockerMachinePool {
@@ -560,16 +578,37 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 			return objs
 		}
 	}
-	// withOtherData adds another data Secret of the Cluster with the given content.
-	withOtherData := func(value string) func([]client.Object) []client.Object {
+	// withDataOf adds another data Secret with the given content, and what bootstraps from it:
+	// consumer is "MachinePool", "Machine" or "KubeadmConfig" (one that rendered it and whose owner
+	// does not name it yet) of the Cluster, "other Cluster's MachinePool", or "" for none. The
+	// pool finds data Secrets through what bootstraps from them: it may not list Secrets.
+	withDataOf := func(consumer, value string) func([]client.Object) []client.Object {
 		return func(objs []client.Object) []client.Object {
+			const name = "other-data"
 			for _, o := range objs {
 				if s, ok := o.(*corev1.Secret); ok && s.Name == "mp-data" {
 					other := s.DeepCopy()
-					other.Name = "other-pool-data"
+					other.Name = name
 					other.Data["value"] = []byte(value)
-					return append(objs, other)
+					objs = append(objs, other)
 				}
+			}
+			meta := metav1.ObjectMeta{Namespace: testNamespace, Name: "other", Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster}}
+			switch consumer {
+			case "MachinePool", "other Cluster's MachinePool":
+				clusterName := testCluster
+				if consumer != "MachinePool" {
+					clusterName = "other-cluster"
+					meta.Labels[clusterv1.ClusterNameLabel] = clusterName
+				}
+				objs = append(objs, &clusterv1.MachinePool{ObjectMeta: meta, Spec: clusterv1.MachinePoolSpec{ClusterName: clusterName,
+					Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{ClusterName: clusterName,
+						Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To(name)}}}}})
+			case "Machine":
+				objs = append(objs, &clusterv1.Machine{ObjectMeta: meta, Spec: clusterv1.MachineSpec{ClusterName: testCluster,
+					Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To(name)}}})
+			case "KubeadmConfig":
+				objs = append(objs, &bootstrapv1.KubeadmConfig{ObjectMeta: meta, Status: bootstrapv1.KubeadmConfigStatus{DataSecretName: name}})
 			}
 			return objs
 		}
@@ -630,17 +669,35 @@ func TestDockerMachinePoolRefreshTarget(t *testing.T) {
 				return objs
 			},
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
-		{name: "another data Secret of the Cluster joins with the same token: not revoked", controlPlane: "v1.30.0",
-			mutate:     withOtherData(cloudConfig),
+		{name: "another MachinePool of the Cluster joins with the same token: not revoked", controlPlane: "v1.30.0",
+			mutate:     withDataOf("MachinePool", cloudConfig),
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "a Machine of the Cluster joins with the same token: not revoked", controlPlane: "v1.30.0",
+			mutate:     withDataOf("Machine", cloudConfig),
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "a KubeadmConfig of the Cluster rendered data with the same token its owner does not name yet: not revoked", controlPlane: "v1.30.0",
+			mutate:     withDataOf("KubeadmConfig", cloudConfig),
+			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
+		{name: "another Cluster's MachinePool with a token of the same ID, in its own cluster: revoked", controlPlane: "v1.30.0",
+			mutate:     withDataOf("other Cluster's MachinePool", cloudConfig),
+			wantReason: infrav1.BootstrapDataRefreshingReason},
+		{name: "a Secret with the same token that nothing bootstraps from: not data, revoked", controlPlane: "v1.30.0",
+			mutate:     withDataOf("", cloudConfig),
+			wantReason: infrav1.BootstrapDataRefreshingReason},
 		{name: "another data Secret of the Cluster cannot be read: it may hold the token, not revoked", controlPlane: "v1.30.0",
-			mutate:     withOtherData("#cloud-config\nwrite_files: [unclosed\n"),
+			mutate:     withDataOf("MachinePool", "#cloud-config\nwrite_files: [unclosed\n"),
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
 		{name: "another data Secret names the token in a JoinConfiguration that does not parse: not revoked", controlPlane: "v1.30.0",
-			mutate:     withOtherData(strings.Replace(cloudConfig, "      bootstrapToken:\n", "      bootstrapToken: [\n", 1)),
+			mutate:     withDataOf("Machine", strings.Replace(cloudConfig, "      bootstrapToken:\n", "      bootstrapToken: [\n", 1)),
 			wantReason: infrav1.BootstrapDataNotRefreshableReason, wantTokenKept: true},
 		{name: "another data Secret of the Cluster with another token: revoked", controlPlane: "v1.30.0",
-			mutate:     withOtherData(strings.Replace(cloudConfig, "abcdef.0123456789abcdef", "ghijkl.0123456789abcdef", 1)),
+			mutate:     withDataOf("MachinePool", strings.Replace(cloudConfig, "abcdef.0123456789abcdef", "ghijkl.0123456789abcdef", 1)),
+			wantReason: infrav1.BootstrapDataRefreshingReason},
+		{name: "a data Secret named and gone: nothing shares the token, revoked", controlPlane: "v1.30.0",
+			mutate: func(objs []client.Object) []client.Object {
+				objs = withDataOf("Machine", cloudConfig)(objs)
+				return slices.DeleteFunc(objs, func(o client.Object) bool { return o.GetName() == "other-data" })
+			},
 			wantReason: infrav1.BootstrapDataRefreshingReason},
 	}
 	for _, tt := range tests {

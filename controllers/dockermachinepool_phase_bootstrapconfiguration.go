@@ -81,7 +81,7 @@ func (r *DockerMachinePoolReconciler) kubeadmConfigSpecHash(ctx context.Context,
 	}
 	if r.bootstrapConfigs.Controller != nil {
 		if err := r.bootstrapConfigs.Watch(ctrl.LoggerFrom(ctx), config,
-			handler.EnqueueRequestsFromMapFunc(r.bootstrapObjectToPools),
+			handler.EnqueueRequestsFromMapFunc(r.kubeadmConfigToPools),
 			predicate.GenerationChangedPredicate{}); err != nil {
 			return "", "", pkgerrors.Wrap(err, "failed to watch KubeadmConfigs")
 		}

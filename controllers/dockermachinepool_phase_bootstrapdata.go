@@ -11,8 +11,10 @@ import (
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/sets"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -48,8 +50,8 @@ const (
 // reconcileBootstrapData plans scale-up and makes sure the data of the next container is fresh:
 // newer than any unfinished pause and readable by the kubeadm it will run. Data older than the
 // pause is re-rendered by the bootstrap provider (CABPK): the pool deletes the workload cluster's
-// bootstrap token Secret, once no container is mid-join, and touches the KubeadmConfig; the data
-// Secret's change then wakes the pool. It does this as soon as a pause begins if a rollout waits
+// bootstrap token Secret, once no container is mid-join, and touches the KubeadmConfig; the new
+// token CABPK writes into the KubeadmConfig's spec, after the data, then wakes the pool. It does this as soon as a pause begins if a rollout waits
 // on the gate, so that the gate's re-opening does not wait for it; when nothing is to be created
 // it revokes no token, and a pause the gate has ended is over.
 func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context, s *poolScope) (ctrl.Result, error) {
@@ -244,14 +246,20 @@ func (r *DockerMachinePoolReconciler) refreshTargetOf(ctx context.Context, s *po
 // cannot be read may hold the token: revoking it could break another pool's joins, so it counts
 // as shared.
 func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *poolScope, dataSecret, tokenID string) (string, error) {
-	secrets := &corev1.SecretList{}
-	if err := r.APIReader.List(ctx, secrets, client.InNamespace(s.pool.Namespace),
-		client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}); err != nil {
-		return "", pkgerrors.Wrapf(err, "failed to list the data Secrets of Cluster %s", klog.KObj(s.cluster))
+	names, err := r.dataSecretsOfCluster(ctx, s)
+	if err != nil {
+		return "", err
 	}
-	for _, secret := range secrets.Items {
-		if secret.Name == dataSecret || secret.Type != clusterv1.ClusterSecretType {
+	for _, name := range names {
+		if name == dataSecret {
 			continue
+		}
+		secret := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: name}, secret); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return "", pkgerrors.Wrapf(err, "failed to get data Secret %s", klog.KRef(s.pool.Namespace, name))
 		}
 		_, isBootstrapData := secret.Data["format"]
 		other, err := bootstrap.NewData(secret.Data["value"], string(secret.Data["format"]))
@@ -259,7 +267,7 @@ func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *po
 			if isBootstrapData {
 				return fmt.Sprintf("the data Secret %s may hold it too and cannot be read (%v)", secret.Name, err), nil
 			}
-			continue // not bootstrap data: a kubeconfig, a certificate
+			continue // not bootstrap data as Cluster API's providers write it
 		}
 		id, err := bootstrap.BootstrapTokenID(other)
 		switch {
@@ -274,6 +282,48 @@ func (r *DockerMachinePoolReconciler) tokenSharedWith(ctx context.Context, s *po
 		}
 	}
 	return "", nil
+}
+
+// dataSecretsOfCluster names, sorted, the bootstrap data Secrets of the pool's Cluster: those its
+// MachinePools and Machines bootstrap from, and those its KubeadmConfigs rendered, which their
+// owner may not name yet. Found from these objects, not by listing Secrets: the manager may only
+// get a Secret by name, so that its role reads no Secret it has no reason to.
+func (r *DockerMachinePoolReconciler) dataSecretsOfCluster(ctx context.Context, s *poolScope) ([]string, error) {
+	namespace, cluster := s.pool.Namespace, s.cluster.Name
+	names := sets.New[string]()
+	pools := &clusterv1.MachinePoolList{}
+	if err := r.Client.List(ctx, pools, client.InNamespace(namespace)); err != nil {
+		return nil, pkgerrors.Wrapf(err, "failed to list the MachinePools of Cluster %s", klog.KObj(s.cluster))
+	}
+	for _, mp := range pools.Items {
+		if mp.Spec.ClusterName == cluster {
+			names.Insert(ptr.Deref(mp.Spec.Template.Spec.Bootstrap.DataSecretName, ""))
+		}
+	}
+	machines := &clusterv1.MachineList{}
+	if err := r.Client.List(ctx, machines, client.InNamespace(namespace)); err != nil {
+		return nil, pkgerrors.Wrapf(err, "failed to list the Machines of Cluster %s", klog.KObj(s.cluster))
+	}
+	for _, m := range machines.Items {
+		if m.Spec.ClusterName == cluster {
+			names.Insert(ptr.Deref(m.Spec.Bootstrap.DataSecretName, ""))
+		}
+	}
+	configs := &unstructured.UnstructuredList{}
+	configs.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfigList"))
+	err := r.Client.List(ctx, configs, client.InNamespace(namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster})
+	switch {
+	case meta.IsNoMatchError(err):
+		// CABPK is not installed: no KubeadmConfig rendered anything.
+	case err != nil:
+		return nil, pkgerrors.Wrapf(err, "failed to list the KubeadmConfigs of Cluster %s", klog.KObj(s.cluster))
+	}
+	for _, c := range configs.Items {
+		name, _, _ := unstructured.NestedString(c.Object, "status", "dataSecretName")
+		names.Insert(name)
+	}
+	names.Delete("")
+	return sets.List(names), nil
 }
 
 // notRefreshable reports, once, that data older than the pause stays as it is: containers the

@@ -52,10 +52,11 @@ func (r *DockerMachinePoolReconciler) controlPlaneToPools(ctx context.Context, o
 	return r.poolsOfCluster(ctx, o.GetNamespace(), clusterName)
 }
 
-// bootstrapObjectToPools maps a bootstrap data Secret or a KubeadmConfig to the pools of its
-// Cluster: a pool waiting for fresh data resumes when the bootstrap provider rewrites it, and an
-// edited KubeadmConfig is a configuration the pool has CABPK render.
-func (r *DockerMachinePoolReconciler) bootstrapObjectToPools(ctx context.Context, o client.Object) []reconcile.Request {
+// kubeadmConfigToPools maps a KubeadmConfig to the pools of its Cluster (Cluster API labels a
+// MachinePool's bootstrap config with it): a pool waiting for fresh data resumes when CABPK writes
+// a new token into the spec, after it rewrote the data Secret, and an edited KubeadmConfig is a
+// configuration the pool has CABPK render.
+func (r *DockerMachinePoolReconciler) kubeadmConfigToPools(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.poolsOfCluster(ctx, o.GetNamespace(), o.GetLabels()[clusterv1.ClusterNameLabel])
 }
 

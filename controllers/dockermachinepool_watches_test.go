@@ -9,9 +9,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/test/builder"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,8 +52,8 @@ func TestPoolsOfClusterListError(t *testing.T) {
 	controlPlane.SetNamespace(testNamespace)
 	controlPlane.SetName("cp")
 	controlPlane.SetLabels(map[string]string{clusterv1.ClusterNameLabel: testCluster})
-	dataSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
-		Namespace: testNamespace, Name: "mp-data", Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster},
+	kubeadmConfig := &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{
+		Namespace: testNamespace, Name: "mp-config", Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster},
 	}}
 	pool := &infrav1.DockerMachinePool{ObjectMeta: metav1.ObjectMeta{
 		Namespace: testNamespace, Name: testPool, Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster},
@@ -79,15 +79,15 @@ func TestPoolsOfClusterListError(t *testing.T) {
 			listFails: true,
 		},
 		{
-			name:    "bootstrap data Secret: the pools of its Cluster",
-			mapFunc: (*DockerMachinePoolReconciler).bootstrapObjectToPools,
-			obj:     dataSecret,
+			name:    "KubeadmConfig: the pools of its Cluster",
+			mapFunc: (*DockerMachinePoolReconciler).kubeadmConfigToPools,
+			obj:     kubeadmConfig,
 			want:    []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}}},
 		},
 		{
-			name:      "bootstrap data Secret: List fails",
-			mapFunc:   (*DockerMachinePoolReconciler).bootstrapObjectToPools,
-			obj:       dataSecret,
+			name:      "KubeadmConfig: List fails",
+			mapFunc:   (*DockerMachinePoolReconciler).kubeadmConfigToPools,
+			obj:       kubeadmConfig,
 			listFails: true,
 		},
 	}

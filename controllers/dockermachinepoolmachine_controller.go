@@ -58,7 +58,8 @@ func bootstrapPollAfter(elapsed time.Duration) time.Duration {
 	return min(max(elapsed/2, firstBootstrapPoll), bootstrapPollInterval)
 }
 
-// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines;dockermachinepoolmachines/status;dockermachinepoolmachines/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=infrastructure.capdmp.dev,resources=dockermachinepoolmachines/status,verbs=patch
 
 // DockerMachinePoolMachineReconciler reconciles the DockerMachinePoolMachine of each container:
 // it bootstraps the container, reports its state, and removes it when the machine is deleted.
