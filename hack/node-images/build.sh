@@ -6,8 +6,22 @@
 # sources and cached outside the clone (see docs/node-images.md).
 #
 # Usage: build.sh [VERSION...]     default: ${NODE_IMAGE_VERSIONS} or v1.35.4 v1.36.3 v1.37.2
+#
+# What is there already decides (docs/node-images.md, "What is built, pulled or left alone"): an
+# image of this recipe is kept; an image under the tag with no recipe label (pulled from kind's
+# releases, loaded by a user) is used as it is, never rebuilt, retagged or removed; only an image
+# an older recipe built here is replaced. A missing or replaced image is pulled first (pull.sh,
+# published.txt), then loaded from the cache, then built.
 # Environment:
 #   CAPDMP_CACHE / NODE_IMAGES_CACHE   cache folder (default ~/.cache/capdmp/node-images)
+#   NODE_IMAGES_REPOSITORY             repository of the node images (default kindest/node), e.g.
+#                                      capdmp.local/node: builds capdmp.local/node:<v> and never
+#                                      touches kindest/node
+#   NODE_IMAGES_LB_IMAGE               the load balancer's tag (default: the one CAPD runs)
+#   NODE_IMAGES_PUBLISHED              list of published images to pull (default published.txt
+#                                      beside this script; empty: none listed)
+#   CAPDMP_PULL=never                  pull nothing (see pull.sh; CAPDMP_PULL_TIMEOUT too)
+#   NODE_IMAGES_PRUNE=false            keep the base images of other recipes
 #   NODE_IMAGES_COREDNS=false          skip CoreDNS (the kubeadm addon/coredns phase must be skipped)
 #   NODE_IMAGES_SAVE=false             do not keep `docker save` tarballs of the images in the cache
 #   CRICTL_VERSION                     default v1.37.0
@@ -19,21 +33,31 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "${NODE_IMAGES_DIR}/kube-binaries.sh"
 source "${NODE_IMAGES_DIR}/rootfs.sh"
+source "${NODE_IMAGES_DIR}/pull.sh"
 
 read -r -a VERSIONS <<<"${*:-${NODE_IMAGE_VERSIONS:-v1.35.4 v1.36.3 v1.37.2}}"
 CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
 NODE_IMAGES_COREDNS="${NODE_IMAGES_COREDNS:-true}"
 NODE_IMAGES_SAVE="${NODE_IMAGES_SAVE:-true}"
+NODE_IMAGES_PRUNE="${NODE_IMAGES_PRUNE:-true}"
+NODE_REPO="${NODE_IMAGES_REPOSITORY:-kindest/node}"
+NODE_IMAGES_PUBLISHED="${NODE_IMAGES_PUBLISHED-${NODE_IMAGES_DIR}/published.txt}"
 RECIPE_LABEL=io.capdmp.node-images.recipe
+# CAPDMP's stub node image (test/stubnode) carries it: tagged kindest/node:<v> for the fast tests,
+# it is no real node and is neither used nor replaced here.
+STUB_LABEL=test.capdmp.dev/stub-node
 # "true" on a node image that carries CoreDNS: the blocking real tier builds without it (its
 # scenarios skip the addon), the full tier and the smoke test of CoreDNS need it.
 COREDNS_LABEL=io.capdmp.node-images.coredns
 BIN_CACHE="${NODE_IMAGES_CACHE}/bin"
 IMAGE_CACHE="${NODE_IMAGES_CACHE}/images"
 
-# lb_image: the load balancer image CAPD's DockerCluster runs when spec.loadBalancer names none,
-# read from CAPD's source in the module cache so that it cannot drift from the CAPD in go.mod.
-lb_image() {
+# lb_image: the load balancer's tag: NODE_IMAGES_LB_IMAGE, else the one CAPD runs.
+lb_image() { echo "${NODE_IMAGES_LB_IMAGE:-$(capd_lb_image)}"; }
+
+# capd_lb_image: the load balancer image CAPD's DockerCluster runs when spec.loadBalancer names
+# none, read from CAPD's source in the module cache so that it cannot drift from the CAPD in go.mod.
+capd_lb_image() {
   local dir const
   dir="$(cd "${REPO_ROOT}" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api/test 2>/dev/null || true)"
   const="${dir}/infrastructure/docker/internal/loadbalancer/const.go"
@@ -51,7 +75,8 @@ lb_image() {
 # recipe_hash: everything that decides the images' content besides the cached inputs' own keys.
 recipe_hash() {
   {
-    (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' -print0 | sort -z | xargs -0 sha256sum)
+    # Not pull.sh and published.txt: what is pulled decides nothing in an image built here.
+    (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' ! -name pull.sh ! -name published.txt -print0 | sort -z | xargs -0 sha256sum)
     sha256sum "${REPO_ROOT}/hack/runc-wrapper" | cut -d' ' -f1
     # Not NODE_IMAGES_COREDNS: an image with CoreDNS serves where none is needed (COREDNS_LABEL).
     echo "${CRICTL_VERSION} ${NODE_IMAGES_ETCD_VERSION:-} ${NODE_IMAGES_COREDNS_VERSION:-} $(go version)"
@@ -71,7 +96,25 @@ image_recipe() { image_label "$1" "${RECIPE_LABEL}"; }
 # serves IMAGE: IMAGE is of this recipe and carries CoreDNS if this build asks for it.
 serves() {
   [[ "$(image_recipe "$1")" == "${RECIPE}" ]] || return 1
-  [[ "$1" != kindest/node:* || "${NODE_IMAGES_COREDNS}" != "true" || "$(image_label "$1" "${COREDNS_LABEL}")" == "true" ]]
+  [[ "$1" != "${NODE_REPO}":* || "${NODE_IMAGES_COREDNS}" != "true" || "$(image_label "$1" "${COREDNS_LABEL}")" == "true" ]]
+}
+
+# image_origin IMAGE: what the engine holds under the tag IMAGE:
+#   absent   nothing
+#   current  an image of this recipe (with CoreDNS when this build asks for it): kept
+#   stale    an image built here by another recipe, or without the CoreDNS asked for: replaced
+#   foreign  an image without the recipe label (an empty one counts as none): pulled from kind's
+#            releases or loaded by a user; used as it is, never rebuilt, retagged or removed
+#   stub     CAPDMP's stub node image (STUB_LABEL): neither used nor replaced
+image_origin() {
+  image_exists "$1" || { echo absent; return 0; }
+  if [[ -z "$(image_recipe "$1")" ]]; then
+    [[ "$(image_label "$1" "${STUB_LABEL}")" == "true" ]] && echo stub || echo foreign
+  elif serves "$1"; then
+    echo current
+  else
+    echo stale
+  fi
 }
 
 # cached_go_binary NAME KEY BUILDER ARGS...: DST = ${BIN_CACHE}/NAME-KEY, built once.
@@ -271,13 +314,54 @@ save_image() {
   mv "${file}.tmp" "${file}"
 }
 
-# use_cached IMAGE FILE: true if IMAGE is in Docker for this recipe, loading FILE if needed.
-use_cached() {
-  local image="$1" file="$2"
-  if serves "${image}"; then
-    log "${image}: up to date in Docker (recipe ${RECIPE})"
+# use_foreign IMAGE KEY: IMAGE has no recipe label: it is used as it is. A node image must hold
+# the version KEY by its /kind/version, or the run fails: the gate would refuse it anyway.
+use_foreign() {
+  local image="$1" key="$2" v
+  if [[ "${key}" == load-balancer ]]; then
+    log "${image}: present, not built here (no recipe label): used as it is"
     return 0
   fi
+  v="$(image_kind_version "${image}")" ||
+    die "${image}: present, not built here (no recipe label), and it has no readable /kind/version: no node image. It is left as it is; remove or retag it yourself, or build into a repository of its own (NODE_IMAGES_REPOSITORY=capdmp.local/node)"
+  [[ "${v}" == "${key}" ]] ||
+    die "${image}: present, not built here (no recipe label), but its /kind/version names ${v:-nothing}, not ${key}: CAPDMP's gate refuses an image whose content names another release than its tag. It is left as it is; remove or retag it yourself, or build into a repository of its own (NODE_IMAGES_REPOSITORY=capdmp.local/node)"
+  log "${image}: present, not built here (no recipe label): used as it is; version read from /kind/version: ${v}"
+  # No label can say whether it holds CoreDNS; kind's published node images preload it.
+  [[ "${NODE_IMAGES_COREDNS}" != "true" ]] || log "    ${image}: CoreDNS not checked (kind's published images preload it)"
+}
+
+# verify_node_version V REF: a pulled node image holds V by its /kind/version.
+verify_node_version() {
+  local want="$1" ref="$2" v
+  v="$(image_kind_version "${ref}")" || die "pulled ${ref}: it has no readable /kind/version: no node image"
+  [[ "${v}" == "${want}" ]] || die "pulled ${ref}: its /kind/version names ${v:-nothing}, not ${want}; not tagged (check the list ${NODE_IMAGES_PUBLISHED})"
+}
+
+# ready IMAGE FILE KEY: true when IMAGE need not be built: up to date or foreign (kept as it is),
+# else pulled (the reference NODE_IMAGES_PUBLISHED pins for KEY, a version or load-balancer, or
+# IMAGE by tag), else loaded from FILE, the cache's tarball of this recipe.
+ready() {
+  local image="$1" file="$2" key="$3"
+  case "$(image_origin "${image}")" in
+    current)
+      log "${image}: up to date in Docker (recipe ${RECIPE})"
+      return 0 ;;
+    foreign)
+      use_foreign "${image}" "${key}"
+      return 0 ;;
+    stub)
+      die "${image} is CAPDMP's stub node image (test/stubnode, label ${STUB_LABEL}), no real node: it is left as it is. Remove it (docker rmi ${image}) or build into a repository of its own (NODE_IMAGES_REPOSITORY=capdmp.local/node)" ;;
+    stale)
+      if [[ "$(image_recipe "${image}")" == "${RECIPE}" ]]; then
+        log "${image}: built here without CoreDNS, which NODE_IMAGES_COREDNS=true asks for: replacing it"
+      else
+        log "${image}: built here by recipe $(image_recipe "${image}"), not ${RECIPE}: replacing it"
+      fi ;;
+  esac
+  local verify=()
+  [[ "${key}" == load-balancer ]] || verify=(verify_node_version "${key}")
+  pull_published "${image}" "${key}" "${NODE_IMAGES_PUBLISHED}" "${image}" "${verify[@]}" && return 0
   if [[ -f "${file}" ]]; then
     step "${image}: docker load from cache" docker load -i "${file}"
     serves "${image}" && return 0
@@ -288,7 +372,7 @@ use_cached() {
 kubeadm_images() { "$1" config images list --kubernetes-version "$2"; }
 
 lb_file() { echo "${IMAGE_CACHE}/$(tr '/:' '__' <<<"$(lb_image)")-${RECIPE}.tar"; }
-node_file() { echo "${IMAGE_CACHE}/kindest_node_$1-${RECIPE}.tar"; }
+node_file() { echo "${IMAGE_CACHE}/$(tr '/:' '__' <<<"${NODE_REPO}")_$1-${RECIPE}.tar"; }
 
 build_lb() {
   local lb file; lb="$(lb_image)"; file="$(lb_file)"
@@ -298,7 +382,7 @@ build_lb() {
 
 build_version() {
   local v="$1"
-  local node="kindest/node:${v}" file; file="$(node_file "${v}")"
+  local node="${NODE_REPO}:${v}" file; file="$(node_file "${v}")"
 
   local bin; bin="$(kube_binaries "${v}")"
   local images; images="$(kubeadm_images "${bin}/kubeadm" "${v}")"
@@ -363,20 +447,22 @@ prune_stale_images() {
 build_all() {
   local start=${SECONDS}
   RECIPE="$(recipe_hash)"
-  log "recipe ${RECIPE}; versions: ${VERSIONS[*]}; cache: ${NODE_IMAGES_CACHE}"
+  log "recipe ${RECIPE}; versions: ${VERSIONS[*]}; repository: ${NODE_REPO}; cache: ${NODE_IMAGES_CACHE}"
   mkdir -p "${IMAGE_CACHE}" "${BIN_CACHE}"
-  "${REPO_ROOT}/hack/host-packages.sh" node-images
   ensure_docker
-  # What Docker has for this recipe, or the cache can load, is not built again.
+  # What Docker has for this recipe or without a recipe, what can be pulled, or what the cache
+  # can load, is not built.
   local missing=() lb_missing=false v
-  use_cached "$(lb_image)" "$(lb_file)" || lb_missing=true
+  ready "$(lb_image)" "$(lb_file)" load-balancer || lb_missing=true
   for v in "${VERSIONS[@]}"; do
-    use_cached "kindest/node:${v}" "$(node_file "${v}")" || missing+=("${v}")
+    ready "${NODE_REPO}:${v}" "$(node_file "${v}")" "${v}" || missing+=("${v}")
   done
   if [[ "${lb_missing}" == "false" && ${#missing[@]} -eq 0 ]]; then
-    log "done in $((SECONDS - start))s: $(printf 'kindest/node:%s ' "${VERSIONS[@]}")$(lb_image)"
+    log "done in $((SECONDS - start))s: ${VERSIONS[*]/#/${NODE_REPO}:} $(lb_image)"
     return 0
   fi
+  # A build needs debootstrap (and nothing else here does).
+  "${REPO_ROOT}/hack/host-packages.sh" node-images
   # Cheap and shared by every version.
   CRICTL_BIN="$(cached_go_binary "crictl-${CRICTL_VERSION}" "$(go_tools_hash)" build_crictl)"
   PAUSE_BIN="$(cached_go_binary pause "$(go_tools_hash)-$(sha256sum "${NODE_IMAGES_DIR}/cmd/pause/main.go" | cut -c1-8)" build_pause)"
@@ -388,8 +474,8 @@ build_all() {
   fi
   [[ "${lb_missing}" == "false" ]] || build_lb
   for v in "${missing[@]}"; do build_version "${v}"; done
-  prune_stale_images "${BASE_IMAGE}" "${rootfs}"
-  log "done in $((SECONDS - start))s: $(printf 'kindest/node:%s ' "${VERSIONS[@]}")$(lb_image)"
+  [[ "${NODE_IMAGES_PRUNE}" == "false" ]] || prune_stale_images "${BASE_IMAGE}" "${rootfs}"
+  log "done in $((SECONDS - start))s: ${VERSIONS[*]/#/${NODE_REPO}:} $(lb_image)"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then build_all; fi
