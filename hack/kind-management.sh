@@ -190,21 +190,40 @@ sysctls_restore() {
 	flock -u 8
 }
 
+# image_has_default_cni: the node image holds kind's /kind/manifests/default-cni.yaml (kind's
+# published images: kindnet, its image preloaded), read from a container that is never started.
+image_has_default_cni() {
+	local id rc=0
+	id="$(docker create --pull=never --network none "${NODE_IMAGE}" /kind/none)" ||
+		die "cannot create a container of ${NODE_IMAGE} to read it"
+	docker cp "${id}:/kind/manifests/default-cni.yaml" - > /dev/null 2>&1 || rc=$?
+	docker rm -f "${id}" > /dev/null 2>&1 || true
+	return "${rc}"
+}
+
 kind_config() {
-	# - disableDefaultCNI: the node image has no kindnetd image; its own capdmp-cni.service writes
-	#   a bridge CNI configuration for the node's podCIDR (docs/node-images.md, "A pod network");
-	#   kind's default-cni.yaml would apply kindnetd.
+	# - disableDefaultCNI where the node image has no default-cni.yaml (this project's recipe
+	#   images: their capdmp-cni.service writes a bridge CNI configuration for the node's podCIDR,
+	#   docs/node-images.md, "A pod network"); where it has one (kind's published images), kind
+	#   applies kindnet from it, as on any kind cluster.
 	# - the engine's socket at /var/run/docker.sock, where CAPD's and CAPDMP's Deployments mount it
 	#   from (CAPDMP_DOCKER_SOCKET keeps its default).
 	# - the in-tree host-path provisioner, so that kind's fallback StorageClass "standard"
 	#   (kubernetes.io/host-path; the node image has no local-path-provisioner) provisions volumes
 	#   on a single-node cluster.
+	local disable_cni=true
+	if image_has_default_cni; then
+		disable_cni=false
+		log "${NODE_IMAGE} holds kind's default CNI (kindnet): kind applies it"
+	else
+		log "${NODE_IMAGE} holds no kind default CNI: its own capdmp-cni.service serves the pod network"
+	fi
 	cat <<EOF
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 name: ${NAME}
 networking:
-  disableDefaultCNI: true
+  disableDefaultCNI: ${disable_cni}
 nodes:
 - role: control-plane
   image: ${NODE_IMAGE}
