@@ -26,7 +26,13 @@
 #   CAPDMP_DOCKER_BRIDGE     dockerd --bridge: an existing bridge interface for the default
 #                            network of a second engine beside the first (docker0 is the first's).
 #                            Never "none": dockerd then deletes docker0, the first engine's.
+#   CAPDMP_DOCKER_GROUP      dockerd --group: the group that may use the socket (dockerd's default:
+#                            docker, where that group exists)
 #   CAPDMP_DOCKER_OWN=true   ignore engines that already answer and start our own
+#
+# Only starting and stopping our own dockerd needs root. With an engine that answers (Docker
+# Desktop, a system dockerd whose socket the user's group may use), start and env create, lock and
+# install nothing, as any user.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,10 +49,36 @@ START_TIMEOUT=60
 log() { printf '[docker-engine] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-# answers HOST: true if a Docker engine answers `docker version` at HOST.
+# answers HOST: true if a Docker engine answers `docker version` at HOST (within 10 s where
+# coreutils' timeout exists: macOS has none).
 answers() {
   command -v docker >/dev/null 2>&1 || return 1
-  DOCKER_HOST="$1" timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+  local limit=()
+  if command -v timeout >/dev/null 2>&1; then limit=(timeout 10); fi
+  DOCKER_HOST="$1" "${limit[@]}" docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+}
+
+# candidates prints the engines tried, in order, for messages.
+candidates() {
+  if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" && -n "${DOCKER_HOST:-}" ]]; then printf '%s ' "${DOCKER_HOST}"; fi
+  printf '%s' "${OUR_HOST}"
+  if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" ]]; then printf ' %s' "unix:///var/run/docker.sock"; fi
+}
+
+# no_engine_for_user: what a user who is not root does when no engine answers. Starting dockerd
+# needs root; nothing here tries.
+no_engine_for_user() {
+  if ! command -v docker >/dev/null 2>&1; then
+    die "no docker CLI on PATH: install Docker (Docker Desktop, or Debian/Ubuntu: sudo apt-get install docker.io; Fedora: sudo dnf install moby-engine) and add yourself to the docker group"
+  fi
+  local h sock
+  for h in $(candidates); do
+    sock="${h#unix://}"
+    if [[ "${h}" == unix://* && -S "${sock}" && ! -w "${sock}" ]]; then
+      die "the Docker engine's socket ${sock} is there but $(id -un) may not use it ($(stat -c '%U:%G %a' "${sock}" 2>/dev/null || echo 'no access')): join its group (sudo usermod -aG $(stat -c %G "${sock}" 2>/dev/null || echo docker) $(id -un)), then log in again"
+    fi
+  done
+  die "no Docker engine answers at $(candidates) and only root can start one: start yours (Docker Desktop, or sudo systemctl start docker) and set DOCKER_HOST if it listens elsewhere; or run 'sudo hack/docker-engine.sh start', whose socket the docker group may use"
 }
 
 # our_pid prints the PID of the dockerd this script started, if it still runs.
@@ -111,11 +143,20 @@ remove_isolation_rules() {
 }
 
 cmd_start() {
+  local host
+  # An engine that answers is used as it is: checked before anything is created or locked, so
+  # that a user without root reaches it too.
+  if host="$(existing_host)"; then
+    log "Docker engine answers at ${host}"
+    echo "export DOCKER_HOST=${host}"
+    return 0
+  fi
+  [[ "$(id -u)" == 0 ]] || no_engine_for_user
+
   mkdir -p "${STATE_DIR}"
   exec 9>"${STATE_DIR}/lock"
   flock 9
-
-  local host
+  # Another start may have brought one up while this one waited for the lock.
   if host="$(existing_host)"; then
     log "Docker engine answers at ${host}"
     echo "export DOCKER_HOST=${host}"
@@ -146,6 +187,7 @@ cmd_start() {
     --default-runtime capdmp-runc
   )
   [[ -n "${CAPDMP_DOCKER_DATA_ROOT:-}" ]] && args+=(--data-root "${CAPDMP_DOCKER_DATA_ROOT}")
+  [[ -n "${CAPDMP_DOCKER_GROUP:-}" ]] && args+=(--group "${CAPDMP_DOCKER_GROUP}")
   if [[ -n "${CAPDMP_DOCKER_BRIDGE:-}" ]]; then
     [[ "${CAPDMP_DOCKER_BRIDGE}" != "none" ]] || die "CAPDMP_DOCKER_BRIDGE=none would make dockerd delete docker0; name a bridge of the engine's own"
     args+=(--bridge "${CAPDMP_DOCKER_BRIDGE}")
@@ -192,14 +234,16 @@ cmd_env() {
 }
 
 cmd_stop() {
-  mkdir -p "${STATE_DIR}"
-  exec 9>"${STATE_DIR}/lock"
-  flock 9
-
   local pid
   if ! pid="$(our_pid)"; then
     log "no dockerd started by this script is running"
-    rm -f "${PIDFILE}"
+    return 0
+  fi
+  [[ "$(id -u)" == 0 ]] || die "dockerd (pid ${pid}) was started as root; only root stops it: sudo hack/docker-engine.sh stop"
+  exec 9>"${STATE_DIR}/lock"
+  flock 9
+  if ! pid="$(our_pid)"; then
+    log "no dockerd started by this script is running"
     return 0
   fi
   log "Stopping dockerd (pid ${pid})"
