@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Builds the envtest binaries (kube-apiserver, etcd) from source, because no prebuilt binary can be
-# downloaded on these machines. Results are cached outside the clone, keyed by version, and copied
-# into bin/envtest so that every package's tests find them through KUBEBUILDER_ASSETS.
+# Makes sure of the envtest binaries (kube-apiserver, etcd) that the tests and `make run` find
+# through KUBEBUILDER_ASSETS, building them from source only when no prebuilt ones are there
+# (none can be downloaded on these machines). In this order:
+#   1. KUBEBUILDER_ASSETS, when it names a folder other than bin/envtest: used as it is (the
+#      tests and the management plane read it, so nothing is copied or built);
+#   2. this script's cache of earlier source builds of KUBERNETES_VERSION;
+#   3. setup-envtest's folder of KUBERNETES_VERSION for this OS and architecture
+#      (~/.local/share/kubebuilder-envtest/k8s/1.36.3-linux-amd64 on Linux);
+#   4. a source build, on linux/amd64 only, cached outside the clone, keyed by version.
+# 2 and 3 are copied into bin/envtest, KUBEBUILDER_ASSETS' default in the Makefile.
 #
 # Both are static (CGO_ENABLED=0, -trimpath), built the way hack/node-images builds Kubernetes:
 # kube-apiserver's packages then land in Go's build cache exactly as the node image of the same
@@ -13,7 +20,6 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/envtest"
 OUT="${ROOT}/bin/envtest"
-mkdir -p "${OUT}" "${CACHE}"
 # As in hack/node-images/lib.sh: the compiler collects garbage less often (~7 % faster cold builds).
 export GOGC="${GOGC:-400}"
 
@@ -78,9 +84,56 @@ GO
   mv "${dst}.tmp" "${dst}"
 }
 
-build_kube_apiserver
-build_etcd
-install -m 0755 "${CACHE}/kube-apiserver-${KUBERNETES_VERSION}-static" "${OUT}/kube-apiserver"
-install -m 0755 "${CACHE}/etcd-${ETCD_VERSION}-static" "${OUT}/etcd"
+# setup_envtest_dir: where setup-envtest keeps KUBERNETES_VERSION for this OS and architecture
+# (its default data folder: XDG_DATA_HOME on Linux, Application Support on macOS).
+setup_envtest_dir() {
+  local data="${XDG_DATA_HOME:-${HOME}/.local/share}/kubebuilder-envtest"
+  [[ "$(go env GOOS)" != darwin ]] || data="${HOME}/Library/Application Support/io.kubebuilder.envtest"
+  echo "${data}/k8s/${KUBERNETES_VERSION#v}-$(go env GOOS)-$(go env GOARCH)"
+}
+
+# has_binaries DIR: DIR holds an executable kube-apiserver and etcd.
+has_binaries() { [[ -x "$1/kube-apiserver" && -x "$1/etcd" ]]; }
+
+# apiserver_version DIR: the version DIR's kube-apiserver reports (v1.36.3).
+apiserver_version() { "$1/kube-apiserver" --version 2>/dev/null | awk '{print $2}'; }
+
+# build_supported: the source builds are made and tested on linux/amd64 only.
+build_supported() {
+  [[ "$(uname -s)" == Linux && "$(uname -m)" == x86_64 ]] && return 0
+  log "ERROR: no envtest binaries of Kubernetes ${KUBERNETES_VERSION} here, and they are built from source on linux/amd64 only, not on $(uname -s)/$(uname -m): install prebuilt ones with setup-envtest (go run sigs.k8s.io/controller-runtime/tools/setup-envtest@latest use ${KUBERNETES_VERSION#v}), or set KUBEBUILDER_ASSETS to a folder holding kube-apiserver and etcd"
+  exit 1
+}
+
+# physical DIR: DIR without symbolic links, or as it is when it does not exist.
+physical() { (cd "$1" 2>/dev/null && pwd -P) || echo "$1"; }
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && "$(physical "${KUBEBUILDER_ASSETS}")" != "$(physical "${OUT}")" ]]; then
+  has_binaries "${KUBEBUILDER_ASSETS}" ||
+    { log "ERROR: KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS} holds no executable kube-apiserver and etcd; unset it to use bin/envtest"; exit 1; }
+  v="$(apiserver_version "${KUBEBUILDER_ASSETS}")"
+  [[ "${v}" == "${KUBERNETES_VERSION}" ]] ||
+    log "warning: the kube-apiserver in KUBEBUILDER_ASSETS is ${v:-of an unknown version}, not ${KUBERNETES_VERSION}, the one the tests are made with"
+  log "using KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS} (kube-apiserver ${v:-?}) as it is; nothing built"
+  echo "${KUBEBUILDER_ASSETS}"
+  exit 0
+fi
+
+apiserver="${CACHE}/kube-apiserver-${KUBERNETES_VERSION}-static" etcd="${CACHE}/etcd-${ETCD_VERSION}-static"
+prebuilt="$(setup_envtest_dir)"
+if [[ -x "${apiserver}" && -x "${etcd}" ]]; then
+  log "kube-apiserver ${KUBERNETES_VERSION} and etcd ${ETCD_VERSION}: cached"
+elif has_binaries "${prebuilt}" && [[ "$(apiserver_version "${prebuilt}")" == "${KUBERNETES_VERSION}" ]]; then
+  log "using setup-envtest's ${prebuilt} (kube-apiserver ${KUBERNETES_VERSION}); nothing built"
+  apiserver="${prebuilt}/kube-apiserver" etcd="${prebuilt}/etcd"
+else
+  build_supported
+  mkdir -p "${CACHE}"
+  build_kube_apiserver
+  build_etcd
+fi
+mkdir -p "${OUT}"
+install -m 0755 "${apiserver}" "${OUT}/kube-apiserver"
+install -m 0755 "${etcd}" "${OUT}/etcd"
 log "ready in ${OUT}"
 echo "${OUT}"
