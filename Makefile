@@ -177,25 +177,25 @@ test-e2e: clusterctl-repository ## Deployed tier: Cluster API's quick-start (mac
 	E2E_NODE_IMAGE=kindest/node:$(firstword $(E2E_VERSIONS)) CAPDMP_CACHE="$(CAPDMP_CACHE)" IMG="$(IMG)" hack/test-e2e.sh
 
 ##@ Run
-# The node images `make run` makes sure of (the newest one's kubectl becomes bin/kubectl), and the
+# The node images `make run` makes sure of (bin/kubectl is of the newest: hack/kubectl.sh), and the
 # flags of the management plane (cmd/management-plane: --data-dir, --fresh, ...).
 RUN_NODE_IMAGE_VERSIONS ?= v1.36.3 v1.37.2
 RUN_FLAGS ?=
 
 .PHONY: run
-run: envtest-binaries docker-engine ## The main job: a whole Cluster API management plane on this machine, with CAPDMP (builds the node images first)
-	@echo "make run: node images $(RUN_NODE_IMAGE_VERSIONS) (from source when missing: about 15 minutes a version, cached after)"
+run: envtest-binaries docker-engine ## The main job: a whole Cluster API management plane on this machine, with CAPDMP (node images used as they are, built when missing)
+	@echo "make run: node images $(RUN_NODE_IMAGE_VERSIONS) (present ones, such as kind's published images, used as they are; from source when missing: about 15 minutes a version, cached after)"
 	$(MAKE) --no-print-directory node-images NODE_IMAGE_VERSIONS="$(RUN_NODE_IMAGE_VERSIONS)"
 	$(MAKE) --no-print-directory run-binaries
 	@eval "$$(hack/docker-engine.sh env)" && exec $(BIN)/management-plane $(RUN_FLAGS)
 
 .PHONY: run-binaries
-run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl and bin/kubectl (the Kubernetes build of the newest RUN_NODE_IMAGE_VERSIONS)
+run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl; link bin/kubectl (of the newest RUN_NODE_IMAGE_VERSIONS: its cached build, else its node image's, else built)
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/manager .
 	go build -o $(BIN)/management-plane ./cmd/management-plane
 	go build -o $(BIN)/clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
-	kube="$$($(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/node-images/kube-binaries.sh $(lastword $(RUN_NODE_IMAGE_VERSIONS)))" && \
-	  ln -sf "$$kube/kubectl" $(BIN)/kubectl
+	kubectl="$$($(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/kubectl.sh $(lastword $(RUN_NODE_IMAGE_VERSIONS)))" && \
+	  ln -sf "$$kubectl" $(BIN)/kubectl
 
 DEMO_FROM ?= v1.36.3
 DEMO_TO ?= v1.37.2
