@@ -55,10 +55,19 @@ build_go_tool() {
   mv "${dst}.tmp" "${dst}"
 }
 
+# kube_binaries_dir VERSION: the cache folder of VERSION's binaries by this recipe, built or not.
+kube_binaries_dir() { echo "${NODE_IMAGES_CACHE}/bin/kubernetes-$1-$(binaries_recipe_hash)"; }
+
+# kube_build_supported VERSION: the binaries go into linux/amd64 node images; they are built on
+# linux/amd64 only.
+kube_build_supported() {
+  [[ "$(uname -s)" == Linux && "$(uname -m)" == x86_64 ]] ||
+    die "Kubernetes ${1} is built from source on linux/amd64 only, not on $(uname -s)/$(uname -m): use kind's published node images (docker pull kindest/node:${1}), which make node-images and make run use as they are"
+}
+
 kube_binaries() {
   local version="${1:?usage: kube-binaries.sh VERSION}"
-  local hash; hash="$(binaries_recipe_hash)"
-  local dst="${NODE_IMAGES_CACHE}/bin/kubernetes-${version}-${hash}"
+  local dst; dst="$(kube_binaries_dir "${version}")"
   mkdir -p "${NODE_IMAGES_CACHE}/bin"
   # One build per version at a time (make -j, or two people sharing the cache).
   exec 8>"${dst}.lock"
@@ -66,6 +75,7 @@ kube_binaries() {
   if [[ -x "${dst}/kubelet" ]]; then
     log "kubernetes ${version} binaries: cached (${dst})"
   else
+    kube_build_supported "${version}"
     step "kubernetes ${version}: build ${KUBE_COMPONENTS[*]} (cold: 6+ min)" build_kube "${version}" "${dst}"
   fi
   echo "${dst}"
