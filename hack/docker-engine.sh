@@ -250,8 +250,7 @@ cmd_stop() {
   remove_isolation_rules
   kill -TERM "${pid}" 2>/dev/null || true
   # dockerd stops its containers on shutdown (15 s shutdown timeout by default).
-  local i
-  for i in $(seq 1 60); do
+  for _ in $(seq 1 60); do
     [[ -d "/proc/${pid}" ]] || break
     sleep 0.5
   done
