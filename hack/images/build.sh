@@ -15,10 +15,16 @@
 #   IMAGES_NICE                  prefix of go build and docker build (default `nice -n 19`: the
 #                                machines are shared); the rest is not niced, so that a warm run
 #                                stays quick on a loaded machine
+#   IMAGES_PUBLISHED             list of published images to pull (default published.txt beside
+#                                this script; empty: none listed)
+#   CAPDMP_PULL=never            pull nothing (hack/node-images/pull.sh; CAPDMP_PULL_TIMEOUT too)
 #
 # An image is rebuilt only when its inputs change: the label io.capdmp.images.inputs holds a hash
 # of the versions of every module its binary links, the main module's source files, the build
-# flags, this script and the Go version. Binaries are cached under the same hash.
+# flags, this script and the Go version. Binaries are cached under the same hash. An image under
+# the tag without that label (pulled, loaded by a user) is used as it is, never rebuilt. A missing
+# image, or one built here from other inputs, is pulled first: the providers' published images
+# (published_default), or what IMAGES_PUBLISHED pins; built when the pull fails.
 set -euo pipefail
 IMAGES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # step, heartbeat and GOGC come from the node images' library; log and die are this script's.
@@ -26,6 +32,9 @@ source "${IMAGES_DIR}/../node-images/lib.sh"
 IMAGES_CACHE="${IMAGES_CACHE:-${CAPDMP_CACHE}/images}"
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+PULL_LOG_DIR="${IMAGES_CACHE}/logs"
+source "${IMAGES_DIR}/../node-images/pull.sh"
+IMAGES_PUBLISHED="${IMAGES_PUBLISHED-${IMAGES_DIR}/published.txt}"
 # step writes its log under ${NODE_IMAGES_CACHE}/logs: point it at this cache.
 image_step() { NODE_IMAGES_CACHE="${IMAGES_CACHE}" step "$@"; }
 
@@ -116,6 +125,26 @@ image_tag() {
       echo "${repo}:${version}"
       ;;
     capdmp) echo "${CAPDMP_IMG}" ;;
+  esac
+}
+
+# published_default NAME MODULE TAG: the image the provider publishes for what TAG is built from,
+# pulled by tag when IMAGES_PUBLISHED pins none:
+# - Cluster API and CAPD: registry.k8s.io/cluster-api/<the tag's image name>:<module version>,
+#   where Cluster API's releases publish the image its release components name (the components
+#   rendered from the module's config/ name the staging tag :main; the pulled image is tagged so);
+# - cert-manager: TAG itself, the image and version its chart names;
+# - CAPDMP: none is published.
+published_default() {
+  local name="$1" module="$2" tag="$3"
+  case "${module}" in
+    capi)
+      local repo="${tag%:*}" mod="${CAPI}"
+      [[ "${name}" != capd ]] || mod="${CAPI}/test"
+      echo "registry.k8s.io/cluster-api/${repo##*/}:$(main_version capi "${mod}")"
+      ;;
+    cert-manager) echo "${tag}" ;;
+    capdmp) ;;
   esac
 }
 
@@ -222,24 +251,40 @@ ensure_docker() {
     die "no Docker engine answers (DOCKER_HOST=${DOCKER_HOST:-unset}); make images needs one: hack/docker-engine.sh start"
 }
 
-# build_one NAME MODULE PACKAGE USER PATH: keeps the image if its label matches its inputs, else
+# build_one NAME MODULE PACKAGE USER PATH: keeps the image if its label matches its inputs, or if
+# it has no such label (not built here: used as it is); else pulls the published image, else
 # builds the binary (cached by the same hash), the image, and smoke-tests it.
 SUMMARY=()
 build_one() {
   local name="$1" module="$2" pkg="$3" user="$4" path="$5"
-  local start=${SECONDS} tag key source
+  local start=${SECONDS} tag key="" source label
   tag="$(image_tag "${name}" "${module}" "${pkg}")"
-  key="$(inputs_hash "$@")"
+  if docker image inspect "${tag}" >/dev/null 2>&1; then
+    label="$(image_label "${tag}" "${INPUTS_LABEL}")"
+    if [[ -z "${label}" ]]; then
+      log "${tag}: present, not built here (no ${INPUTS_LABEL} label): used as it is"
+      SUMMARY+=("${tag}|present, not built here: used as it is")
+      return 0
+    fi
+    key="$(inputs_hash "$@")"
+    if [[ "${label}" == "${key}" ]]; then
+      log "${tag}: up to date (inputs ${key})"
+      SUMMARY+=("${tag}|up to date")
+      return 0
+    fi
+    log "${tag}: built here from other inputs (${label}, now ${key}): replacing it"
+  fi
+  PULLED_FROM=""
+  if pull_published "${tag}" "${name}" "${IMAGES_PUBLISHED}" "$(published_default "${name}" "${module}" "${tag}")"; then
+    SUMMARY+=("${tag}|pulled ${PULLED_FROM}")
+    return 0
+  fi
+  [[ -n "${key}" ]] || key="$(inputs_hash "$@")"
   case "${module}" in
     capi) source="${pkg}@$(main_version capi "$([[ "${pkg}" == "${CAPI}/test/"* ]] && echo "${CAPI}/test" || echo "${CAPI}")")" ;;
     cert-manager) source="${pkg}@$(main_version cert-manager "${CERT_MANAGER}")" ;;
     capdmp) source="github.com/capdmp/capdmp@$(git -C "${REPO_ROOT}" describe --always --dirty 2>/dev/null || echo unknown)" ;;
   esac
-  if [[ "$(image_label "${tag}" "${INPUTS_LABEL}")" == "${key}" ]]; then
-    log "${tag}: up to date (inputs ${key})"
-    SUMMARY+=("${tag}|up to date")
-    return 0
-  fi
   local bin="${IMAGES_CACHE}/bin/${name}-${key}"
   if [[ -x "${bin}" ]]; then
     log "${name}: binary cached (${bin})"
