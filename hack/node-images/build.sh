@@ -444,6 +444,19 @@ prune_stale_images() {
   done
 }
 
+# build_possible IMAGES...: IMAGES are missing and nothing can pull or load them. A build runs
+# debootstrap, which needs root, and lays out a linux/amd64 node: elsewhere, one message saying
+# what to do instead.
+build_possible() {
+  local pulls; pulls="$(printf 'docker pull %s; ' "$@")"
+  pulls="${pulls%; }"
+  if [[ "$(uname -s)" != Linux || "$(uname -m)" != x86_64 ]]; then
+    die "missing: $*. Node images are built from source on linux/amd64 only, not on $(uname -s)/$(uname -m): load kind's published images instead (${pulls}), which are used as they are"
+  fi
+  [[ "$(id -u)" == 0 ]] ||
+    die "missing: $*. Node images are built from source as root only (debootstrap), not as $(id -un): load kind's published images instead (${pulls}), which are used as they are, or build them once as root (sudo make node-images NODE_IMAGE_VERSIONS=\"${VERSIONS[*]}\"), into the same engine"
+}
+
 build_all() {
   local start=${SECONDS}
   RECIPE="$(recipe_hash)"
@@ -461,6 +474,9 @@ build_all() {
     log "done in $((SECONDS - start))s: ${VERSIONS[*]/#/${NODE_REPO}:} $(lb_image)"
     return 0
   fi
+  local build=("${missing[@]/#/${NODE_REPO}:}")
+  [[ "${lb_missing}" == "false" ]] || build+=("$(lb_image)")
+  build_possible "${build[@]}"
   # A build needs debootstrap (and nothing else here does).
   "${REPO_ROOT}/hack/host-packages.sh" node-images
   # Cheap and shared by every version.
