@@ -197,6 +197,14 @@ run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl; link b
 	kubectl="$$($(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/kubectl.sh $(lastword $(RUN_NODE_IMAGE_VERSIONS)))" && \
 	  ln -sf "$$kubectl" $(BIN)/kubectl
 
+# A developer's machine (docs/run.md, "On your own machine"): as root, it makes a user in the
+# Docker socket's group and label-less copies of the node images, as kind publishes them; that
+# user's `make run` in a clone of HEAD then makes a cluster, and must build, retag, install and
+# touch as root nothing.
+.PHONY: test-developer-machine
+test-developer-machine: ## As root (CI): make run and a cluster as a non-root user in the docker group, on published-style node images; nothing rebuilt, retagged, installed or touched as root
+	RUN_NODE_IMAGE_VERSIONS="$(RUN_NODE_IMAGE_VERSIONS)" hack/test-developer-machine.sh
+
 DEMO_FROM ?= v1.36.3
 DEMO_TO ?= v1.37.2
 DEMO_SCENARIO ?= s1-machinepool-first
