@@ -258,6 +258,15 @@ cmd_stop() {
     log "dockerd (pid ${pid}) did not exit in 30 s, killing it"
     kill -KILL "${pid}" 2>/dev/null || true
   fi
+  # A containerd shim can outlive dockerd (seen after a stop during container starts); its
+  # -address under this engine's exec root makes it this engine's alone.
+  if command -v pgrep >/dev/null 2>&1; then
+    local shim
+    for shim in $(pgrep -f -- "containerd-shim.* -address ${EXEC_ROOT}/" || true); do
+      log "killing containerd-shim (pid ${shim}) left by dockerd"
+      kill -KILL "${shim}" 2>/dev/null || true
+    done
+  fi
   # dockerd leaves its network namespace mounted under its exec-root; put the host back.
   local mnt
   for mnt in $(awk -v root="${EXEC_ROOT}/" 'index($2, root) == 1 { print $2 }' /proc/self/mounts); do
