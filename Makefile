@@ -32,7 +32,7 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 	cd hack/tools && go mod tidy -diff
 	cd hack/tools/helm && go mod tidy -diff
 	cd hack/images/cert-manager && go mod tidy -diff
-	go vet -tags e2e,e2e_local,bench,kind ./test/e2e/... ./test/smoke/... ./test/scenarios/... ./test/kind/...
+	go vet -tags e2e,e2e_local,bench,kind,published ./test/e2e/... ./test/smoke/... ./test/scenarios/... ./test/kind/... ./test/published/...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
