@@ -147,6 +147,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# Never a silent failure: a command that fails the script names itself.
+trap 'log "FAIL: line ${LINENO}: ${BASH_COMMAND}"' ERR
 
 # --- the recipe's images, as root ---------------------------------------------------------------
 
@@ -165,7 +167,7 @@ tags_of() { docker image inspect -f '{{range .RepoTags}}{{println .}}{{end}}' "$
 # of its intermediate images.
 recipe_images() {
   docker images -a --no-trunc --format '{{.ID}}' | sort -u | while read -r id; do
-    [[ -n "$(label_of "${id}" 2>/dev/null)" ]] && echo "${id}"
+    if [[ -n "$(label_of "${id}" 2>/dev/null)" ]]; then echo "${id}"; fi
   done
   docker images -a --no-trunc --format '{{.ID}} {{.Repository}}' | awk '$2 ~ /^capdmp\/node-/ {print $1}'
 }
@@ -179,7 +181,8 @@ for image in "${IMAGES[@]}"; do
     backup="${BACKUP_REPO}:$(tr '/:' '__' <<<"${image}")"
     docker tag "${image}" "${backup}"
     BACKED_UP[${image}]="${backup}"
-    printf 'FROM %s\nLABEL %s=""\n' "${backup}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${image}" - >/dev/null
+    printf 'FROM %s\nLABEL %s=""\n' "${backup}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${image}" - >"${WORK}/copy.log" 2>&1 ||
+      { cat "${WORK}/copy.log" >&2; die "building the label-less copy of ${image} failed"; }
     COPY_ID[${image}]="$(image_id "${image}")"
     [[ -z "$(label_of "${image}")" ]] || die "the copy of ${image} still has a recipe label"
     log "${image}: the recipe's image kept as ${backup}; a label-less copy tagged ${image} (${COPY_ID[${image}]:7:12})"
