@@ -32,8 +32,8 @@ images-clean: ## Remove the controller images' cache folder (binaries, logs)
 registry: ## Build the distribution registry (REGISTRY_VERSION, v3.1.2) from its Go module into ~/.cache/capdmp/tools when missing
 	CAPDMP_CACHE="$(CAPDMP_CACHE)" NICE="$(IMAGES_NICE)" hack/registry.sh build
 
-# Its last step builds CAPDMP's manager image (a go build of the manager: about a minute with a
-# warm Go build cache, ten on a cold one on 2 busy cores); the rest takes seconds.
+# Its last step builds CAPDMP's manager image (a go build of the manager: seconds with a warm Go
+# build cache, about ten minutes on a cold one on 2 busy cores); the rest takes seconds.
 PUBLISHED_TEST_TIMEOUT ?= 30m
 test-published-images: registry docker-engine ## Pull-first image scripts against a registry on loopback: pinned digests pulled, nothing built, wrong release refused, build when the registry is gone (build tag published)
 	hack/host-packages.sh test

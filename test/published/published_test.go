@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -318,6 +319,9 @@ func (s script) command(t *testing.T, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(t.Context(), s.path, args...)
 	cmd.Dir = testenv.RepoRoot()
 	cmd.Env = s.env
+	// lib.sh's heartbeat leaves a `sleep` behind when its step ends, holding the output pipe for
+	// up to a minute after the script exits; the script's own exit status is what counts.
+	cmd.WaitDelay = 2 * time.Second
 	return cmd
 }
 
@@ -326,6 +330,9 @@ func (s script) run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	start := time.Now()
 	out, err := s.command(t, args...).CombinedOutput()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // exit 0; only the heartbeat's sleep still held the pipe
+	}
 	t.Logf("%s %s: %v in %s; output:\n%s", s.rel(), strings.Join(args, " "), exitStatus(err), time.Since(start).Round(time.Millisecond), out)
 	return string(out), err
 }
