@@ -210,6 +210,7 @@ CLONE="${HOME_DIR}/capdmp"
 [[ ! -e "${CLONE}" ]] || die "${CLONE} exists already; remove it or name another user (CAPDMP_DEV_USER)"
 git clone --quiet --no-hardlinks "${ROOT}" "${CLONE}"
 [[ "$(git -C "${CLONE}" rev-parse HEAD)" == "$(git -C "${ROOT}" rev-parse HEAD)" ]] || die "the clone is not at HEAD of ${ROOT}"
+log "clone of HEAD in ${CLONE}: $(git -C "${CLONE}" log --oneline -1)"
 # envtest binaries where setup-envtest keeps them.
 ENVTEST_VERSION="$("${ROOT}/bin/envtest/kube-apiserver" --version | awk '{print $2}')"
 ASSETS="${HOME_DIR}/.local/share/kubebuilder-envtest/k8s/${ENVTEST_VERSION#v}-linux-amd64"
@@ -227,7 +228,6 @@ for pm in "${PACKAGE_MANAGERS[@]}"; do
     "${pm}" "${CALLS}" "${pm}" >"${SHIM}/${pm}"
   chmod 0755 "${SHIM}/${pm}"
 done
-git -C "${CLONE}" log --oneline -1 | sed 's/^/[test-developer-machine] clone at /' >&2
 
 # as_user CMD [NAME=VALUE...]: runs the bash command line CMD as the user, in the clone, with
 # the environment of a login of its own (and NAME=VALUE...): the shim first on PATH; Go's cache,
