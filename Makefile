@@ -42,7 +42,7 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 
 .PHONY: lint
 lint: ## Run golangci-lint (build-tagged e2e, real-tier and bench code included)
-	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench,kind ./...
+	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench,kind,published ./...
 
 .PHONY: manifests
 manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
