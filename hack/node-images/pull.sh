@@ -54,7 +54,8 @@ pull_ref() {
 pull_published() {
   local tag="$1" key="$2" list="$3" default="$4" verify=("${@:5}")
   local ref how
-  ref="$(published_ref "${list}" "${key}")"
+  # Called in a condition, where errexit does not hold: a list that cannot be read ends the run.
+  ref="$(published_ref "${list}" "${key}")" || exit 1
   if [[ -n "${ref}" ]]; then
     how="pinned in ${list}"
   elif [[ -n "${default}" ]]; then
