@@ -316,8 +316,8 @@ while :; do
   state="$(as_user "${WORK}/cluster-state" 2>/dev/null || true)"
   machines="${state%%|*}" nodes="${state#*|}"
   read -r -a phases <<<"${machines}"
-  running="$(grep -o Running <<<"${machines}" | wc -l)"
-  ready="$(grep -o '=Ready ' <<<"${nodes} " | wc -l)"
+  running="$(tr ' ' '\n' <<<"${machines}" | grep -cx Running || true)"
+  ready="$(tr ' ' '\n' <<<"${nodes}" | grep -c '=Ready$' || true)"
   ((${#phases[@]} == 3 && running == 3 && ready == 3)) && break
   if ((SECONDS - cluster_started > CLUSTER_TIMEOUT)); then
     diagnostics
