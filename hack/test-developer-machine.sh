@@ -88,7 +88,10 @@ log "engine ${DOCKER_HOST} (socket group ${SOCK_GROUP}, data root ${DATA_ROOT});
 CREATED_USER=false
 RUN_PGID=""
 declare -A BACKED_UP=() COPY_ID=()
-SYSCTLS=(vm/overcommit_memory kernel/panic kernel/panic_on_oops fs/inotify/max_user_instances fs/inotify/max_user_watches)
+# The kernel settings the nodes' kubelets change on the host, which a user's plane cannot put
+# back (internal/hostsysctl). Not the inotify limits: a user's plane cannot raise them, and another
+# run on this host may hold them raised.
+SYSCTLS=(vm/overcommit_memory kernel/panic kernel/panic_on_oops)
 declare -A SYSCTL_BEFORE=()
 for s in "${SYSCTLS[@]}"; do SYSCTL_BEFORE[${s}]="$(cat "/proc/sys/${s}")"; done
 NETWORK_EXISTED=false
@@ -217,11 +220,19 @@ ASSETS="${HOME_DIR}/.local/share/kubebuilder-envtest/k8s/${ENVTEST_VERSION#v}-li
 mkdir -p "${ASSETS}"
 cp "${ROOT}/bin/envtest/kube-apiserver" "${ROOT}/bin/envtest/etcd" "${ASSETS}/"
 chown -R "${DEV_USER}:" "${CLONE}" "${HOME_DIR}/.local"
-# Package managers and sudo: every call is recorded and fails.
+# Package managers and sudo: every call is recorded and fails. docker: every call is recorded
+# and passed on, to tell the user's image writes from another client's on a shared engine.
 SHIM="${WORK}/shim"
 CALLS="${WORK}/package-manager-calls"
+DOCKER_CALLS="${WORK}/docker-calls"
 mkdir -p "${SHIM}"
 install -m 0666 /dev/null "${CALLS}"
+install -m 0666 /dev/null "${DOCKER_CALLS}"
+printf '#!/bin/sh
+echo "docker $*" >>%s
+exec %s "$@"
+' "${DOCKER_CALLS}" "$(command -v docker)" >"${SHIM}/docker"
+chmod 0755 "${SHIM}/docker"
 for pm in "${PACKAGE_MANAGERS[@]}"; do
   # shellcheck disable=SC2016 # $* and $(date) belong to the shim
   printf '#!/bin/sh\necho "$(date +%%T) %s $*" >>%s\necho "test-developer-machine: %s called, which a developer run must not: $*" >&2\nexit 1\n' \
@@ -364,9 +375,15 @@ removed="$(comm -23 "${WORK}/files.before" "${WORK}/files.after" | cut -d' ' -f1
 for image in "${IMAGES[@]}"; do
   id="$(image_id "${image}" 2>/dev/null || true)"
   [[ "${id}" == "${ID_BEFORE[${image}]}" ]] || { fail "${image} is now ${id:-gone}, was ${ID_BEFORE[${image}]}"; continue; }
-  [[ "$(tags_of "${id}")" == "${TAGS_BEFORE[${image}]}" ]] || fail "tags of ${image}'s image changed: $(tags_of "${id}" | tr '\n' ' ') (were: $(tr '\n' ' ' <<<"${TAGS_BEFORE[${image}]}"))"
+  # The engine's view: another client of a shared engine shows here too (CI has it to itself).
+  [[ "$(tags_of "${id}")" == "${TAGS_BEFORE[${image}]}" ]] ||
+    fail "tags of ${image}'s image changed: $(tags_of "${id}" | tr '\n' ' ') (were: $(tr '\n' ' ' <<<"${TAGS_BEFORE[${image}]}"); the user's docker calls are in ${ART}/docker-calls.log)"
   grep -qF "${image}: present, not built here (no recipe label): used as it is" "${RUN_LOG}" || fail "make run's log does not say ${image} was used as it is"
 done
+# Every docker call of the user's run; one that writes images fails the test wherever it came from.
+grep -E '^docker (image (build|tag|import|load|pull|push|rm|prune)|buildx build|build|tag|commit|import|load|pull|push|rmi)( |$)' "${DOCKER_CALLS}" >"${WORK}/image-writes" &&
+  fail "the user's run wrote images: $(tr '\n' ';' <"${WORK}/image-writes")"
+cp "${DOCKER_CALLS}" "${ART}/docker-calls.log"
 new_recipe="$(recipe_images | sort -u | comm -13 "${WORK}/recipe-images.before" -)"
 [[ -z "${new_recipe}" ]] || fail "images of the recipe built during the run: $(tr '\n' ' ' <<<"${new_recipe}")"
 [[ ! -s "${CALLS}" ]] || fail "package managers called: $(tr '\n' ';' <"${CALLS}")"
@@ -381,7 +398,7 @@ for s in "${SYSCTLS[@]}"; do
   now="$(cat "/proc/sys/${s}")"
   [[ "${now}" == "${SYSCTL_BEFORE[${s}]}" ]] || changed_sysctls+=("${s//\//.}: ${SYSCTL_BEFORE[${s}]} -> ${now}")
 done
-((${#changed_sysctls[@]} == 0)) || log "note: host sysctls the nodes' kubelets changed, which a user's plane cannot put back (put back here): ${changed_sysctls[*]}"
+((${#changed_sysctls[@]} == 0)) || log "note: host sysctls the nodes' kubelets changed, which a user's plane cannot put back (put back after): ${changed_sysctls[*]}"
 
 # --- summary ------------------------------------------------------------------------------------------
 
