@@ -29,6 +29,7 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 .PHONY: verify
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
+	$(foreach m,$(NESTED_MODULES),cd $(ROOT)/$(m) && go mod tidy -diff && ) true
 	cd hack/tools && go mod tidy -diff
 	cd hack/tools/helm && go mod tidy -diff
 	cd hack/images/cert-manager && go mod tidy -diff
@@ -43,6 +44,7 @@ verify: generate ## Fail when generated files or go.mod are out of date, code is
 .PHONY: lint
 lint: ## Run golangci-lint (build-tagged e2e, real-tier and bench code included)
 	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench,kind,published ./...
+	$(foreach m,$(NESTED_MODULES),cd $(ROOT)/$(m) && $(TOOLS) golangci-lint run ./... && ) true
 
 .PHONY: manifests
 manifests: ## Render the clusterctl components (out/infrastructure-components.yaml)
@@ -70,14 +72,22 @@ host-packages: ## Install (as root) or check the Debian packages the tests need
 	hack/host-packages.sh all
 
 TEST_JSON := $(ROOT)/_artifacts/go-test.json
+# Modules of their own whose tests `make test` runs (go test ./... stops at a nested go.mod):
+# pkg/skew, and examples/skew-importer, which imports it pinned to an older Cluster API.
+NESTED_MODULES := pkg/skew examples/skew-importer
 
 .PHONY: test
 test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker engine, verify, lint
 	hack/host-packages.sh test
 	mkdir -p $(dir $(TEST_JSON))
+	$(MAKE) test-modules
 	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_JSON) -- $(GO_TEST_FLAGS) ./...
 	$(MAKE) verify
 	$(MAKE) lint
+
+.PHONY: test-modules
+test-modules: ## Run the tests of pkg/skew's own module and of examples/skew-importer (pkg/skew under Cluster API v1.13)
+	$(foreach m,$(NESTED_MODULES),cd $(ROOT)/$(m) && $(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-$(subst /,-,$(m)).json -- $(GO_TEST_FLAGS) ./... && ) true
 
 # The fault tests run in `make test` too; this runs them alone, with their moments in the log.
 .PHONY: test-faults

@@ -52,6 +52,7 @@ require (
 	github.com/alecthomas/units v0.0.0-20240927000941-0f3dac36c52b // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/capdmp/capdmp/pkg/skew v0.0.0-00010101000000-000000000000
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/clipperhouse/displaywidth v0.10.0 // indirect
@@ -175,3 +176,5 @@ require (
 )
 
 tool sigs.k8s.io/cluster-api/cmd/clusterctl
+
+replace github.com/capdmp/capdmp/pkg/skew => ./pkg/skew

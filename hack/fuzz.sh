@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the module for FUZZTIME each (default 30s), one at a time: go test
+# Runs every fuzz target of the modules for FUZZTIME each (default 30s), one at a time: go test
 # refuses -fuzz with several packages or a pattern that matches several targets. The targets are
 # found in the test files `go list` gives for every package, so a new one is never forgotten.
 #
@@ -36,8 +36,12 @@ deadline_race() {
     grep -A1 -E -- "^--- FAIL: ${target} \(" "${output}" | tail -n 1 | grep -qx '    context deadline exceeded'
 }
 
-# "<package dir> <target>" for every func FuzzXxx(f *testing.F) in a test file of the module.
-test_files="$(go list -f '{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}' ./... | sort)"
+# "<package dir> <target>" for every func FuzzXxx(f *testing.F) in a test file of the modules: the
+# provider's and pkg/skew's, a module of its own.
+MODULES=(. pkg/skew)
+test_files="$(for module in "${MODULES[@]}"; do
+  go -C "${module}" list -f '{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}' ./...
+done | sort)"
 targets=()
 while IFS= read -r file; do
   [[ -n "${file}" ]] || continue
@@ -60,7 +64,8 @@ for entry in "${targets[@]}"; do
   name="${pkg#./}"
   output="${OUT}/${name//\//_}.${target}.log"
   result=ok
-  if go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZMINIMIZETIME}" -parallel "${FUZZ_PARALLEL}" "${pkg}" >"${output}" 2>&1; then
+  # From the package's folder: go test takes a package of the module it runs in.
+  if go -C "${pkg}" test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZMINIMIZETIME}" -parallel "${FUZZ_PARALLEL}" . >"${output}" 2>&1; then
     :
   elif deadline_race "${output}" "${target}"; then
     result="ok (no failing input; Go's fuzztime deadline race, golang/go#75804)"

@@ -5,10 +5,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
 // controlPlaneObject builds a control plane object of any kind from its status; spec.version is
@@ -164,53 +160,6 @@ func TestReadControlPlane(t *testing.T) {
 				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
 				return
 			}
-			g.Expect(err).ToNot(HaveOccurred())
-			g.Expect(got.Initialized).To(Equal(tt.want.Initialized))
-			g.Expect(got.Versions).To(ConsistOf(tt.want.Versions))
-		})
-	}
-}
-
-// TestReadControlPlaneKubeadmControlPlane reads a real v1beta2 KubeadmControlPlane, converted the
-// way a client returns it, to pin the field paths to Cluster API's types.
-func TestReadControlPlaneKubeadmControlPlane(t *testing.T) {
-	tests := []struct {
-		name   string
-		status controlplanev1.KubeadmControlPlaneStatus
-		want   ControlPlane
-	}{
-		{
-			name: "mid-upgrade, status.versions and deprecated status.version",
-			status: controlplanev1.KubeadmControlPlaneStatus{
-				Initialization: controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: ptr.To(true)},
-				Versions:       []clusterv1.StatusVersion{{Version: "v1.33.4", Replicas: 2}, {Version: "v1.34.1", Replicas: 1}},
-				Version:        "v1.33.4", //nolint:staticcheck // the deprecated field is the fallback under test
-			},
-			want: ControlPlane{Initialized: true, Versions: []string{"v1.33.4", "v1.34.1"}},
-		},
-		{
-			name: "older KubeadmControlPlane with status.version only",
-			status: controlplanev1.KubeadmControlPlaneStatus{
-				Initialization: controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: ptr.To(true)},
-				Version:        "v1.33.4", //nolint:staticcheck // the deprecated field is the fallback under test
-			},
-			want: ControlPlane{Initialized: true, Versions: []string{"v1.33.4"}},
-		},
-		{
-			name:   "just created",
-			status: controlplanev1.KubeadmControlPlaneStatus{},
-			want:   ControlPlane{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-
-			kcp := &controlplanev1.KubeadmControlPlane{Spec: controlplanev1.KubeadmControlPlaneSpec{Version: "v1.35.0"}, Status: tt.status}
-			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(kcp)
-			g.Expect(err).ToNot(HaveOccurred())
-
-			got, err := ReadControlPlane(&unstructured.Unstructured{Object: content})
 			g.Expect(err).ToNot(HaveOccurred())
 			g.Expect(got.Initialized).To(Equal(tt.want.Initialized))
 			g.Expect(got.Versions).To(ConsistOf(tt.want.Versions))

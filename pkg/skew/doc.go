@@ -46,4 +46,13 @@
 // KubeadmAPIVersion and KubeadmAPIVersionReadable say whether bootstrap data rendered for one
 // Kubernetes version can be read by the kubeadm of another, which matters when a pool keeps
 // creating instances at an admitted version while the MachinePool already names the next one.
+//
+// # Importing
+//
+// The package is a Go module of its own, github.com/capdmp/capdmp/pkg/skew, tagged pkg/skew/vX.Y.Z
+// beside the provider's releases. It requires only github.com/blang/semver/v4 and
+// k8s.io/apimachinery (metav1 and unstructured), at the oldest versions it builds with (go.mod),
+// and no Cluster API or controller-runtime module: a provider pinned to another Cluster API and
+// Kubernetes minor keeps its own versions. examples/skew-importer, pinned to Cluster API v1.13,
+// builds and runs it in this repository's tests.
 package skew

@@ -5,7 +5,6 @@ import (
 
 	"github.com/blang/semver/v4"
 	. "github.com/onsi/gomega"
-	kubeadmtypes "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types"
 )
 
 func TestKubeadmAPIVersion(t *testing.T) {
@@ -37,13 +36,6 @@ func TestKubeadmAPIVersion(t *testing.T) {
 			}
 			g.Expect(err).ToNot(HaveOccurred())
 			g.Expect(got).To(Equal(tt.want))
-
-			// What Cluster API's kubeadm bootstrap provider renders for the same version.
-			v, err := ParseVersion(tt.version)
-			g.Expect(err).ToNot(HaveOccurred())
-			gv, err := kubeadmtypes.KubeVersionToKubeadmAPIGroupVersion(v)
-			g.Expect(err).ToNot(HaveOccurred())
-			g.Expect(got).To(Equal(gv.String()))
 		})
 	}
 }
