@@ -76,20 +76,30 @@ TEST_JSON := $(ROOT)/_artifacts/go-test.json
 # pkg/skew, and examples/skew-importer, which imports it pinned to an older Cluster API.
 NESTED_MODULES := pkg/skew examples/skew-importer
 
+# The stub-node tier (tier 1): the scenario table, the pool's lifecycle and the fault tests on stub
+# nodes, a package of its own that `make test` leaves to `make test-stub-tier`.
+STUB_TIER_PACKAGE := github.com/capdmp/capdmp/test/scenarios/stubnodes
+
 .PHONY: test
-test: envtest-binaries docker-engine ## Run all tests: unit, envtest, Docker engine, verify, lint
+test: envtest-binaries docker-engine ## Run the unit, API and engine tests of every module, verify, lint (the stub-node tier is make test-stub-tier)
 	hack/host-packages.sh test
 	mkdir -p $(dir $(TEST_JSON))
 	$(MAKE) test-modules
-	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_JSON) -- $(GO_TEST_FLAGS) ./...
+	pkgs="$$(go list ./...)" && $(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_JSON) -- $(GO_TEST_FLAGS) $$(grep -vxF $(STUB_TIER_PACKAGE) <<<"$$pkgs")
 	$(MAKE) verify
 	$(MAKE) lint
+
+.PHONY: test-stub-tier
+test-stub-tier: envtest-binaries docker-engine ## Run the stub-node tier: the scenario table, the pool's lifecycle and the fault tests on stub nodes and envtest
+	hack/host-packages.sh test
+	mkdir -p $(dir $(TEST_JSON))
+	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-stub-tier.json -- $(GO_TEST_FLAGS) ./test/scenarios/stubnodes/
 
 .PHONY: test-modules
 test-modules: ## Run the tests of pkg/skew's own module and of examples/skew-importer (pkg/skew under Cluster API v1.13)
 	$(foreach m,$(NESTED_MODULES),cd $(ROOT)/$(m) && $(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-$(subst /,-,$(m)).json -- $(GO_TEST_FLAGS) ./... && ) true
 
-# The fault tests run in `make test` too; this runs them alone, with their moments in the log.
+# The fault tests run in `make test-stub-tier` too; this runs them alone, with their moments in the log.
 .PHONY: test-faults
 test-faults: envtest-binaries docker-engine ## Run the fault tests alone: manager killed, conflicts, API server frozen and restarted, hung bootstrap, engine restarted, clusterctl move
 	hack/host-packages.sh test
