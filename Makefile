@@ -77,8 +77,10 @@ TEST_JSON := $(ROOT)/_artifacts/go-test.json
 NESTED_MODULES := pkg/skew examples/skew-importer
 
 # The stub-node tier (tier 1): the scenario table, the pool's lifecycle and the fault tests on stub
-# nodes, a package of its own that `make test` leaves to `make test-stub-tier`.
+# nodes, a package of its own that `make test` leaves to `make test-stub-tier`. STUB_TIER_RUN
+# selects tests (go test's -run), e.g. STUB_TIER_RUN=TestScenarios/both-at-once/machinepool-first.
 STUB_TIER_PACKAGE := github.com/capdmp/capdmp/test/scenarios/stubnodes
+STUB_TIER_RUN ?=
 
 .PHONY: test
 test: envtest-binaries docker-engine ## Run the unit, API and engine tests of every module, verify, lint (the stub-node tier is make test-stub-tier)
@@ -93,7 +95,8 @@ test: envtest-binaries docker-engine ## Run the unit, API and engine tests of ev
 test-stub-tier: envtest-binaries docker-engine ## Run the stub-node tier: the scenario table, the pool's lifecycle and the fault tests on stub nodes and envtest
 	hack/host-packages.sh test
 	mkdir -p $(dir $(TEST_JSON))
-	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-stub-tier.json -- $(GO_TEST_FLAGS) ./test/scenarios/stubnodes/
+	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-stub-tier.json -- $(GO_TEST_FLAGS) \
+	  $(if $(STUB_TIER_RUN),-v -run '$(STUB_TIER_RUN)') ./test/scenarios/stubnodes/
 
 .PHONY: test-modules
 test-modules: ## Run the tests of pkg/skew's own module and of examples/skew-importer (pkg/skew under Cluster API v1.13)
@@ -122,7 +125,9 @@ fuzz: ## Run every fuzz target for FUZZTIME each (30s), one at a time; summary i
 #   exercise the gate, the bootstrap refresh and a manager restart with real kubelets;
 # - test-e2e-full: three versions with CoreDNS and every scenario.
 E2E_LOCAL_VERSIONS := v1.36.3 v1.37.2
-E2E_LOCAL_SCENARIOS := s1-machinepool-first s3-pause-outlives-token-ttl s7-provider-restart
+E2E_LOCAL_SCENARIOS := both-at-once/machinepool-first paused/outlives-token-ttl paused/provider-restart
+# The blocking tier's tests (go test's -run); E2E_LOCAL_TESTS=TestScenarios runs the scenarios alone.
+E2E_LOCAL_TESTS := ^(TestScenarios|TestRetaggedImageRefused)$$
 E2E_FULL_VERSIONS := v1.35.4 v1.36.3 v1.37.2
 E2E_LOCAL_PARALLEL ?= 2
 E2E_LOCAL_TIMEOUT ?= 75m
@@ -130,7 +135,7 @@ E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
 
 .PHONY: test-e2e-local
 test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smoke test, three upgrade scenarios and a retagged image refused, on real KCP, CAPD and CAPDMP nodes
-	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='^(TestScenarios|TestRetaggedImageRefused)$$' SCENARIOS="$(E2E_LOCAL_SCENARIOS)"
+	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='$(E2E_LOCAL_TESTS)' SCENARIOS="$(E2E_LOCAL_SCENARIOS)"
 
 .PHONY: test-e2e-full
 test-e2e-full: ## Full real tier: node images of three versions with CoreDNS, smoke test, every real scenario
@@ -150,7 +155,7 @@ real-tier: envtest-binaries test-smoke
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
 	eval "$$(hack/docker-engine.sh start)" && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags $(E2E_LOCAL_TAGS) -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
 	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/scenarios/realnodes/ 2>&1 | tee $(E2E_LOCAL_LOG); \
-	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |s[0-9]-|run[0-9]-|kit-|bench-|retagged-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
+	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |both-at-once/|paused/|pool-alone/|run[0-9]-|kit-|bench-|retagged-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
 include hack/images/images.mk
@@ -227,7 +232,7 @@ test-developer-machine: ## As root (CI): make run and a cluster as a non-root us
 
 DEMO_FROM ?= v1.36.3
 DEMO_TO ?= v1.37.2
-DEMO_SCENARIO ?= s1-machinepool-first
+DEMO_SCENARIO ?= both-at-once/machinepool-first
 
 .PHONY: demo
 demo: envtest-binaries docker-engine ## Scenario 1 with real nodes as a live timeline (builds the two node images first; Ctrl-C cleans up)

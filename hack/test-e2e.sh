@@ -20,7 +20,7 @@ NAME="${E2E_MANAGEMENT_NAME:-capdmp-e2e}"
 ARTIFACTS="${E2E_ARTIFACTS:-${ROOT}/_artifacts/e2e}"
 KEEP="${E2E_KEEP_CLUSTER:-false}"
 REPO="${CLUSTERCTL_REPOSITORY:-${ROOT}/out/clusterctl-repository}"
-DEFAULT_FOCUS='quick-start|MachinePools|clusterctl move|Scenario (s1-controlplane-first|s1-machinepool-first):'
+DEFAULT_FOCUS='quick-start|MachinePools|clusterctl move|Scenario (both-at-once/controlplane-first|both-at-once/machinepool-first):'
 log() { printf '[test-e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 export KIND_MANAGEMENT_NAME="${NAME}"

@@ -180,8 +180,8 @@ func setupClusterAPI(ctx context.Context, mgr ctrl.Manager, o ClusterAPIOptions)
 
 // SetupCoreReconcilers adds what every MachinePool test needs of Cluster API's management side:
 // the Cluster, Machine, MachinePool, MachineHealthCheck and KubeadmConfig reconcilers (CABPK with
-// tokenTTL). The
-// fast test tier (test/local) runs these alone; the management plane adds the rest.
+// tokenTTL). The stub-node tier (test/scenarios/stubnodes) runs these alone; the management plane
+// adds the rest.
 // secretCachingClient reads Secrets from the manager's cache, as Cluster API's managers do
 // (CreateSecretCachingClient of sigs.k8s.io/cluster-api/controlplane/kubeadm/setup).
 func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, secretCachingClient client.Client, opts controller.Options, tokenTTL time.Duration) error {

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/capdmp/capdmp/internal/clusterops"
 )
 
 const from, to = "v1.36.3", "v1.37.2"
@@ -122,8 +123,8 @@ func newFakeProvider(t *testing.T) *fakeProvider {
 }
 
 func TestScenarioRun(t *testing.T) {
-	pollInterval = 5 * time.Millisecond
-	t.Cleanup(func() { pollInterval = time.Second })
+	clusterops.PollInterval = 5 * time.Millisecond
+	t.Cleanup(func() { clusterops.PollInterval = time.Second })
 	options := Options{
 		Versions: []string{"v1.35.4", from, to}, Interval: time.Millisecond,
 		Budgets: Budgets{ClusterReady: time.Second, ControlPlaneUpgrade: time.Second, PoolUpgrade: 200 * time.Millisecond, Gate: time.Second},
@@ -159,7 +160,7 @@ func TestScenarioRun(t *testing.T) {
 			if tt.provider != nil {
 				tt.provider(p)
 			}
-			s, ok := Lookup("s1-machinepool-first")
+			s, ok := Lookup("both-at-once/machinepool-first")
 			g.Expect(ok).To(BeTrue())
 			report, err := s.Run(context.Background(), p, options)
 			if tt.wantErr != "" {
@@ -167,9 +168,9 @@ func TestScenarioRun(t *testing.T) {
 			} else {
 				g.Expect(err).NotTo(HaveOccurred())
 			}
-			g.Expect(report.Scenario).To(Equal("s1-machinepool-first"))
+			g.Expect(report.Scenario).To(Equal("both-at-once/machinepool-first"))
 			var details []string
-			for _, v := range report.Monitor.Violations {
+			for _, v := range report.Violations {
 				details = append(details, v.Detail)
 			}
 			if tt.wantViolations == "" {
@@ -204,11 +205,11 @@ func (b blindControlPlane) Get(ctx context.Context, key client.ObjectKey, obj cl
 func TestRunnableOn(t *testing.T) {
 	g := NewWithT(t)
 	p := newFakeProvider(t)
-	s, ok := Lookup("s6-pool-ahead")
+	s, ok := Lookup("pool-alone/ahead-and-back")
 	g.Expect(ok).To(BeTrue())
 	runnable, missing := s.RunnableOn(p)
 	g.Expect(runnable).To(BeFalse())
-	g.Expect(missing).To(Equal([]Capability{NeedsGate}))
+	g.Expect(missing).To(Equal([]string{"Gated"}))
 	runnable, _ = s.RunnableOn(gatedProvider{p})
 	g.Expect(runnable).To(BeTrue())
 	_, err := s.Run(context.Background(), p, Options{Versions: []string{from, to}})
@@ -218,51 +219,46 @@ func TestRunnableOn(t *testing.T) {
 func TestScenarioNames(t *testing.T) {
 	g := NewWithT(t)
 	seen := map[string]bool{}
-	for _, s := range Scenarios {
-		g.Expect(s.Name).To(MatchRegexp(`^s[0-9]-[a-z0-9-]+$`))
+	scenarios := Scenarios()
+	g.Expect(scenarios).NotTo(BeEmpty())
+	for _, s := range scenarios {
+		g.Expect(s.Name).To(MatchRegexp(`^(both-at-once|paused|pool-alone)/[a-z0-9-]+$`))
 		g.Expect(seen).NotTo(HaveKey(s.Name), "names are unique")
 		seen[s.Name] = true
 		g.Expect(s.Doc).NotTo(BeEmpty())
 		g.Expect(s.Shape.Versions).To(BeNumerically(">=", 2))
 		_, err := s.From([]string{from})
 		g.Expect(err).To(MatchError(ContainSubstring("needs")))
+		// go test -run and ginkgo --focus match unanchored: a name inside another would select both.
+		group, name, _ := strings.Cut(s.Name, "/")
+		for _, other := range scenarios {
+			if other.Name == s.Name {
+				continue
+			}
+			otherGroup, otherName, _ := strings.Cut(other.Name, "/")
+			g.Expect(other.Name).NotTo(ContainSubstring(s.Name))
+			g.Expect(otherName).NotTo(ContainSubstring(name), "case %s is part of case %s", name, otherName)
+			if otherGroup != group {
+				g.Expect(otherGroup).NotTo(ContainSubstring(group))
+			}
+		}
 	}
 }
 
-func TestWaitForReportsWhereItStood(t *testing.T) {
-	pollInterval = 5 * time.Millisecond
-	t.Cleanup(func() { pollInterval = time.Second })
-	tests := []struct {
-		name    string
-		reports []string // what the condition says in turn; "error" returns an error, and the last repeats
-		wantErr string
-	}{
-		{name: "met", reports: []string{"waiting", "done"}},
-		{name: "state at the deadline", reports: []string{"ready=0", "ready=1"}, wantErr: "after 50ms: ready=1"},
-		{name: "an error at the deadline keeps the state before it", reports: []string{"ready=1", "error"},
-			wantErr: "after 50ms: ready=1 (then error: rate limited)"},
-		{name: "only errors", reports: []string{"error"}, wantErr: "after 50ms: error: rate limited"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			calls := 0
-			err := WaitFor(context.Background(), 50*time.Millisecond, nil, func(context.Context) (bool, string, error) {
-				report := tt.reports[min(calls, len(tt.reports)-1)]
-				calls++
-				switch report {
-				case "error":
-					return false, "", errors.New("rate limited")
-				case "done":
-					return true, report, nil
-				}
-				return false, report, nil
-			})
-			if tt.wantErr == "" {
-				g.Expect(err).NotTo(HaveOccurred())
-				return
-			}
-			g.Expect(err).To(MatchError(tt.wantErr))
-		})
-	}
+func TestScenariosAreCopies(t *testing.T) {
+	g := NewWithT(t)
+	mine := Scenarios()
+	i := slices.IndexFunc(mine, func(s Scenario) bool { return len(s.Needs) > 0 })
+	g.Expect(i).To(BeNumerically(">=", 0))
+	name := mine[i].Name
+	mine[i].Shape.PoolReplicas = 99
+	mine[i].Needs[0] = "changed"
+	mine[i].Name = "changed"
+	again, ok := Lookup(name)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(again.Shape.PoolReplicas).NotTo(Equal(int32(99)))
+	g.Expect(again.Needs).NotTo(ContainElement("changed"))
+	g.Expect(Scenarios()[i].Name).To(Equal(name))
+	again.Needs[0] = "changed"
+	g.Expect(Scenarios()[i].Needs).NotTo(ContainElement("changed"))
 }

@@ -29,7 +29,7 @@ func TestSampleViolations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			got := tt.sample.Violations()
+			got := tt.sample.violations()
 			g.Expect(got).To(HaveLen(len(tt.want)), "%v", got)
 			for i := range tt.want {
 				g.Expect(got[i]).To(ContainSubstring(tt.want[i]))
@@ -148,7 +148,7 @@ func TestReopenLatency(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			latency, fromStatus, ok := MonitorReport{Changes: tt.changes}.ReopenLatency("v1.37.2")
+			latency, fromStatus, ok := reopenLatency(tt.changes, "v1.37.2")
 			g.Expect(ok).To(Equal(tt.wantOK))
 			g.Expect(latency).To(Equal(tt.wantLatency))
 			g.Expect(fromStatus).To(Equal(tt.wantFromStatus))
@@ -173,14 +173,14 @@ func TestInterval(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			m := &Monitor{report: MonitorReport{Start: start}}
+			m := &monitor{state: monitorState{start: start}}
 			for _, ms := range tt.offsetsMS {
 				m.record(Sample{At: start.Add(time.Duration(ms) * time.Millisecond)}, nil)
 			}
-			mean, longest, end := m.Report().Interval()
-			g.Expect(mean).To(Equal(tt.wantMean))
-			g.Expect(longest).To(Equal(tt.wantLongest))
-			g.Expect(end).To(Equal(tt.wantEnd))
+			r := m.report()
+			g.Expect(r.SampleInterval).To(Equal(tt.wantMean))
+			g.Expect(r.LongestGap).To(Equal(tt.wantLongest))
+			g.Expect(r.LongestGapEnd).To(Equal(tt.wantEnd))
 		})
 	}
 }

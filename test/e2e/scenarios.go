@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	capdmpframework "github.com/capdmp/capdmp/test/framework"
 )
@@ -57,7 +59,8 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 	BeforeEach(func() {
 		Expect(ctx).NotTo(BeNil(), "ctx is required for the scenario spec")
 		input = inputGetter()
-		specName = input.Scenario
+		// The namespace and the cluster are named after the scenario, whose '/' no object name may hold.
+		specName = strings.ReplaceAll(input.Scenario, "/", "-")
 		Expect(input.E2EConfig).ToNot(BeNil(), "Invalid argument. input.E2EConfig can't be nil when calling %s spec", specName)
 		Expect(input.ClusterctlConfigPath).To(BeAnExistingFile(), "Invalid argument. input.ClusterctlConfigPath must be an existing file when calling %s spec", specName)
 		Expect(input.BootstrapClusterProxy).ToNot(BeNil(), "Invalid argument. input.BootstrapClusterProxy can't be nil when calling %s spec", specName)
@@ -134,18 +137,17 @@ func ScenarioSpec(ctx context.Context, inputGetter func() ScenarioSpecInput) {
 			Logf:     func(format string, args ...any) { Byf(format, args...) },
 			OnChange: func(x conformance.Sample) { timeline(start, x) },
 		})
-		m := report.Monitor
 		for _, l := range report.Latencies {
 			Byf("gate re-open to %s: %s after the last older kube-apiserver, %s after the control plane's status.versions",
 				l.Target, l.FromAPIServers.Round(10*time.Millisecond), l.FromStatus.Round(10*time.Millisecond))
 		}
-		for _, v := range m.Violations[:min(len(m.Violations), 5)] {
+		for _, v := range report.Violations[:min(len(report.Violations), 5)] {
 			Byf("VIOLATION %s", v)
 		}
-		Byf("monitor: %s", m.Coverage)
+		Byf("monitor: %s", report.Coverage)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(m.Violations).To(BeEmpty(), "no kubelet breaks the skew policy")
-		Expect(m.Coverage.Blind()).To(BeEmpty(), "the monitor judged most samples")
+		Expect(report.Violations).To(BeEmpty(), "no kubelet breaks the skew policy")
+		Expect(report.Coverage.Blind()).To(BeEmpty(), "the monitor judged most samples")
 	})
 
 	AfterEach(func() {
@@ -178,7 +180,7 @@ func (c deployedCluster) RestartProvider(ctx context.Context) error {
 	if err := c.Management.DeleteAllOf(ctx, &corev1.Pod{}, inNamespace, manager); err != nil {
 		return fmt.Errorf("deleting the CAPDMP manager's Pods: %w", err)
 	}
-	return conformance.WaitFor(ctx, 5*time.Minute, nil, func(ctx context.Context) (bool, string, error) {
+	return clusterops.WaitFor(ctx, 5*time.Minute, nil, func(ctx context.Context) (bool, string, error) {
 		pods := &corev1.PodList{}
 		if err := c.Management.List(ctx, pods, inNamespace, manager); err != nil {
 			return false, "", err

@@ -10,7 +10,7 @@ import (
 
 // One Describe per scenario of pkg/conformance's table, by its name: ginkgo's --focus selects them.
 var _ = func() bool {
-	for _, sc := range conformance.Scenarios {
+	for _, sc := range conformance.Scenarios() {
 		Describe("Scenario "+sc.Name+": "+sc.Doc, func() {
 			ScenarioSpec(ctx, func() ScenarioSpecInput {
 				return ScenarioSpecInput{

@@ -30,9 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/test/testenv"
-	"github.com/capdmp/capdmp/pkg/conformance"
 )
 
 // Template is the clusterctl flavor the clusters are made from: CAPD control plane, CAPDMP pool.
@@ -363,7 +363,7 @@ func (c *Cluster) Delete(ctx context.Context, timeout time.Duration) error {
 	if err := c.w.Client.Delete(ctx, cluster); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	waitErr := conformance.WaitFor(ctx, timeout, nil, func(ctx context.Context) (bool, string, error) {
+	waitErr := clusterops.WaitFor(ctx, timeout, nil, func(ctx context.Context) (bool, string, error) {
 		err := c.w.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)
 		if apierrors.IsNotFound(err) {
 			return true, "deleted", nil

@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/pkg/skew"
@@ -50,4 +51,21 @@ func (k KitCluster) Instances(ctx context.Context) ([]conformance.Instance, erro
 // MakeVersionAvailable checks that the node image of version is on the engine.
 func (k KitCluster) MakeVersionAvailable(ctx context.Context, version string) error {
 	return k.c.CAPDMPPool.MakeVersionAvailable(ctx, version)
+}
+
+// PoolAt tells whether c's MachinePool has replicas instances, all of version, each ready with a
+// Node: the wait of the kit's scenarios, for tests that drive a pool themselves.
+func PoolAt(ctx context.Context, c conformance.Cluster, version string, replicas int32) (bool, string, error) {
+	versions := func(ctx context.Context) ([]string, error) {
+		instances, err := c.Instances(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, 0, len(instances))
+		for _, i := range instances {
+			out = append(out, i.Version)
+		}
+		return out, nil
+	}
+	return clusterops.PoolAt(ctx, c, versions, version, replicas)
 }

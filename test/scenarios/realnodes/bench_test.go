@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/bootstrap"
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/internal/nodeimage"
-	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
 )
 
@@ -126,7 +126,7 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 		version := chain[len(chain)-2]
 		c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: version, ControlPlaneReplicas: 1, PoolVersion: version, PoolReplicas: 0, UpstreamPool: upstream})
 		s.wait("the control plane", budgets.ClusterReady, func(ctx context.Context) (bool, string, error) {
-			return conformance.ControlPlaneAt(ctx, c.KitCluster(), version, 1)
+			return clusterops.ControlPlaneAt(ctx, c.KitCluster(), version)
 		})
 		cfg, err := c.WorkloadConfig(s.ctx)
 		s.g.Expect(err).NotTo(HaveOccurred())
@@ -151,10 +151,10 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 
 		start := time.Now()
 		var joined time.Duration
-		s.g.Expect(conformance.SetMachinePool(s.ctx, kit, "scale", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(int32(n)) })).To(Succeed())
+		s.g.Expect(clusterops.SetMachinePool(s.ctx, kit, "scale", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(int32(n)) })).To(Succeed())
 		registered, progress := 0, ""
 		s.logf("waiting for the pool at %d", n)
-		err = conformance.WaitFor(s.ctx, budgets.PoolUpgrade, func(p string) { s.logf("%s", p) }, func(ctx context.Context) (bool, string, error) {
+		err = clusterops.WaitFor(s.ctx, budgets.PoolUpgrade, func(p string) { s.logf("%s", p) }, func(ctx context.Context) (bool, string, error) {
 			if joined == 0 {
 				var err error
 				if registered, err = registeredNodes(ctx, kit, workload); err != nil {
@@ -164,7 +164,7 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 					joined = time.Since(start)
 				}
 			}
-			done, p, err := conformance.PoolAt(ctx, kit, version, int32(n))
+			done, p, err := framework.PoolAt(ctx, kit, version, int32(n))
 			progress = p
 			return done, p, err
 		})

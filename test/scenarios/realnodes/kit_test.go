@@ -13,7 +13,7 @@ import (
 	"github.com/capdmp/capdmp/test/framework"
 )
 
-// TestConformanceKit runs the table's s1-machinepool-first as another provider would, through
+// TestConformanceKit runs the table's both-at-once/machinepool-first as another provider would, through
 // the kit's view alone (the contract and the worker containers' images: framework.KitCluster),
 // against two providers in one run on the same management plane: CAPDMP's DockerMachinePool,
 // which must show no violation, and upstream CAPD's (sigs.k8s.io/cluster-api/test v1.14.2), which
@@ -36,7 +36,7 @@ func TestConformanceKit(t *testing.T) {
 	}
 }
 
-// kitOutcome is what the kit's monitor saw of one provider's pool in s1-machinepool-first.
+// kitOutcome is what the kit's monitor saw of one provider's pool in both-at-once/machinepool-first.
 type kitOutcome struct {
 	Name       string  `json:"name"`
 	Pool       int32   `json:"poolReplicas"`
@@ -57,15 +57,15 @@ func (k kitOutcome) String() string {
 		k.Name, k.Violations, k.Judged, k.LastAt-k.FirstAt, k.FirstAt, k.LastAt, k.First)
 }
 
-// runKit runs s1-machinepool-first on a cluster whose pool is CAPDMP's, or upstream CAPD's, with
+// runKit runs both-at-once/machinepool-first on a cluster whose pool is CAPDMP's, or upstream CAPD's, with
 // poolReplicas, through the kit's view. CAPDMP's must show no violation; CAPD's, which has no gate,
 // must show some: a pool with no gate never completes (its new nodes' kubeadm refuses to join an
 // older control plane), and the run ends at the pool's budget with what it saw.
 func runKit(t *testing.T, name string, upstream bool, poolReplicas int32) kitOutcome {
 	t.Helper()
-	sc, ok := conformance.Lookup("s1-machinepool-first")
+	sc, ok := conformance.Lookup("both-at-once/machinepool-first")
 	if !ok {
-		t.Fatal("the table has no s1-machinepool-first")
+		t.Fatal("the table has no both-at-once/machinepool-first")
 	}
 	// The scenario's waits follow its shape.
 	sc.Shape.PoolReplicas = poolReplicas
@@ -74,27 +74,26 @@ func runKit(t *testing.T, name string, upstream bool, poolReplicas int32) kitOut
 	s.g.Expect(err).NotTo(HaveOccurred())
 	c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: from, ControlPlaneReplicas: int(sc.Shape.ControlPlaneReplicas), PoolVersion: from, PoolReplicas: int(poolReplicas), UpstreamPool: upstream})
 	report, err := s.run(sc, c.KitCluster())
-	m := report.Monitor
-	s.logf("kit: %s; %d violations in %s; ended: %v", m.Coverage, len(m.Violations), report.Duration.Round(time.Second), err)
-	for i, v := range m.Violations {
+	s.logf("kit: %s; %d violations in %s; ended: %v", report.Coverage, len(report.Violations), report.Duration.Round(time.Second), err)
+	for i, v := range report.Violations {
 		if i == 3 {
-			s.logf("kit: ... %d more, the last %s", len(m.Violations)-3, m.Violations[len(m.Violations)-1])
+			s.logf("kit: ... %d more, the last %s", len(report.Violations)-3, report.Violations[len(report.Violations)-1])
 			break
 		}
 		s.logf("kit: %s", v)
 	}
-	k := kitOutcome{Name: name, Pool: poolReplicas, Samples: m.Coverage.Samples, Judged: m.Coverage.Judged, Violations: len(m.Violations), Seconds: report.Duration.Seconds()}
-	if len(m.Violations) > 0 {
-		first, last := m.Violations[0], m.Violations[len(m.Violations)-1]
+	k := kitOutcome{Name: name, Pool: poolReplicas, Samples: report.Coverage.Samples, Judged: report.Coverage.Judged, Violations: len(report.Violations), Seconds: report.Duration.Seconds()}
+	if len(report.Violations) > 0 {
+		first, last := report.Violations[0], report.Violations[len(report.Violations)-1]
 		k.FirstAt, k.LastAt, k.First = first.At.Seconds(), last.At.Seconds(), first.Detail
 	}
 	if !upstream {
 		s.check(report, err)
 		return k
 	}
-	s.res.samples, s.res.finding = m.Coverage.Samples, k.String()
-	s.g.Expect(m.Coverage.Judged).To(BeNumerically(">", 0))
-	s.g.Expect(m.Violations).NotTo(BeEmpty(), "the kit must see upstream CAPD's pool break the policy")
+	s.res.samples, s.res.finding = report.Coverage.Samples, k.String()
+	s.g.Expect(report.Coverage.Judged).To(BeNumerically(">", 0))
+	s.g.Expect(report.Violations).NotTo(BeEmpty(), "the kit must see upstream CAPD's pool break the policy")
 	return k
 }
 

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/test/testenv"
-	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/pkg/skew"
 	"github.com/capdmp/capdmp/test/framework"
 )
@@ -67,7 +66,7 @@ func readmeCluster(t *testing.T, name, state, cluster string) (*scenario, *makeR
 	c := plane.applyCluster(s, cluster)
 	s.watch(c)
 	s.wait("the control plane at "+v136, clusterReady, func(ctx context.Context) (bool, string, error) { return s.c.ControlPlaneAt(ctx, v136, 1) })
-	s.wait("the pool at "+v136, clusterReady, func(ctx context.Context) (bool, string, error) { return conformance.PoolAt(ctx, s.c, v136, 2) })
+	s.wait("the pool at "+v136, clusterReady, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, s.c, v136, 2) })
 	plane.waitNodesReady(s, 3)
 	return s, plane
 }
@@ -76,8 +75,7 @@ func readmeCluster(t *testing.T, name, state, cluster string) (*scenario, *makeR
 func (s *scenario) waitUpgraded(version string) {
 	s.t.Helper()
 	s.wait("the control plane at "+version, upgradeDone+remediation, func(ctx context.Context) (bool, string, error) { return s.c.ControlPlaneAt(ctx, version, 1) })
-	s.wait("the pool at "+version, upgradeDone, func(ctx context.Context) (bool, string, error) { return conformance.PoolAt(ctx, s.c, version, 2) })
-	s.targets = append(s.targets, version)
+	s.wait("the pool at "+version, upgradeDone, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, s.c, version, 2) })
 }
 
 // makeRun is `make run` as a user starts it in a terminal: its own process group, stopped with

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
-	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
 )
 
@@ -39,14 +39,14 @@ func TestRetaggedImageRefused(t *testing.T) {
 	c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: v136, ControlPlaneReplicas: 1, PoolVersion: v136, PoolReplicas: 1})
 	s.watch(c)
 	s.wait("the control plane at "+v136, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return c.ControlPlaneAt(ctx, v136, 1) })
-	s.wait("the pool at "+v136, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return conformance.PoolAt(ctx, c, v136, 1) })
+	s.wait("the pool at "+v136, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, c, v136, 1) })
 	original := s.poolContainerNames()
 	s.g.Expect(original).To(HaveLen(1), "the pool's containers before the retagged image")
 
 	s.setCustomImage(retaggedImage)
 	s.logf("customImage = %s (%s, the image of %s)", retaggedImage, imageID, v137)
 	s.waitImageRefused("the pool to refuse the retagged image", "")
-	s.g.Expect(conformance.SetMachinePool(s.ctx, c, "replicas 4", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(int32(4)) })).To(Succeed())
+	s.g.Expect(clusterops.SetMachinePool(s.ctx, c, "replicas 4", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(int32(4)) })).To(Succeed())
 	s.logf("MachinePool scaled from 1 to 4")
 	s.waitImageRefused("the pool to refuse the scale-up", "Not creating 4 containers")
 

@@ -42,7 +42,7 @@ func selectedScenarios(t *testing.T) []conformance.Scenario {
 	t.Helper()
 	names := strings.Fields(os.Getenv("CAPDMP_SCENARIOS"))
 	if len(names) == 0 {
-		return conformance.Scenarios
+		return conformance.Scenarios()
 	}
 	for _, name := range names {
 		if _, ok := conformance.Lookup(name); !ok {
@@ -50,7 +50,7 @@ func selectedScenarios(t *testing.T) []conformance.Scenario {
 		}
 	}
 	var selected []conformance.Scenario
-	for _, sc := range conformance.Scenarios {
+	for _, sc := range conformance.Scenarios() {
 		if slices.Contains(names, sc.Name) {
 			selected = append(selected, sc)
 		}

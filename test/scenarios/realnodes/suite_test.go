@@ -20,6 +20,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
@@ -166,10 +167,8 @@ type scenario struct {
 	start time.Time
 	out   io.Writer
 	res   *result
-	// mon watches a cluster that no table scenario runs on (TestMakeRun); targets are the
-	// versions it was upgraded to.
-	mon     *conformance.Monitor
-	targets []string
+	// watcher watches a cluster that no table scenario runs on (TestMakeRun).
+	watcher *conformance.Watcher
 }
 
 // startScenario starts a scenario's clock, log and result; its cleanup records the result, after
@@ -193,7 +192,8 @@ func startScenario(t *testing.T, name string) *scenario {
 // createCluster creates the scenario's cluster with the suite's settings for a busy machine.
 func (s *scenario) createCluster(spec framework.ClusterSpec) *framework.Cluster {
 	s.t.Helper()
-	spec.Name = "e2e-" + s.res.name
+	// A scenario's name has a '/', which no object name may hold.
+	spec.Name = "e2e-" + strings.ReplaceAll(s.res.name, "/", "-")
 	spec.SkipAddons = true
 	spec.KubeadmTimeout = 10 * time.Minute
 	// A control-plane join under the suite's load once took 5.5 minutes, past CAPD's default.
@@ -230,9 +230,8 @@ func (s *scenario) run(sc conformance.Scenario, c conformance.Cluster) (conforma
 // check records what the monitor saw and fails the test on a violation or a blind monitor.
 func (s *scenario) check(report conformance.Report, runErr error) {
 	t := s.t
-	m := report.Monitor
-	s.res.samples, s.res.violations, s.res.blind = m.Coverage.Samples, len(m.Violations), m.Coverage.NoAPIServer
-	mean, longest, end := m.Interval()
+	s.res.samples, s.res.violations, s.res.blind = report.Coverage.Samples, len(report.Violations), report.Coverage.NoAPIServer
+	mean, longest, end := report.SampleInterval, report.LongestGap, report.LongestGapEnd
 	s.res.interval = fmt.Sprintf("%s (%s)", mean.Round(time.Millisecond), longest.Round(time.Millisecond))
 	s.logf("sampled every %s on average; longest gap %s, ending at %.1fs; new containers seen within %s", mean.Round(time.Millisecond), longest.Round(time.Millisecond), end.Seconds(), s.c.ContainerLag().Round(time.Millisecond))
 	for _, l := range report.Latencies {
@@ -240,19 +239,19 @@ func (s *scenario) check(report conformance.Report, runErr error) {
 		s.logf("gate re-open latency to %s: %s from the last kube-apiserver at %s to the first pool container of %s, %s of it after KCP's status.versions said %s",
 			l.Target, l.FromAPIServers.Round(10*time.Millisecond), l.Target, l.Target, l.FromStatus.Round(10*time.Millisecond), l.Target)
 	}
-	for i, v := range m.Violations {
+	for i, v := range report.Violations {
 		if i == 5 {
-			s.logf("... %d more violations", len(m.Violations)-5)
+			s.logf("... %d more violations", len(report.Violations)-5)
 			break
 		}
 		s.logf("VIOLATION %s", v)
 	}
-	if len(m.Violations) > 0 {
-		t.Errorf("%d samples of %d broke the skew policy", len(m.Violations), m.Coverage.Samples)
+	if len(report.Violations) > 0 {
+		t.Errorf("%d samples of %d broke the skew policy", len(report.Violations), report.Coverage.Samples)
 	}
-	s.logf("monitor: %s", m.Coverage)
-	if blind := m.Coverage.Blind(); blind != "" && runErr == nil {
-		t.Errorf("%s (%s)", blind, m.Coverage)
+	s.logf("monitor: %s", report.Coverage)
+	if blind := report.Coverage.Blind(); blind != "" && runErr == nil {
+		t.Errorf("%s (%s)", blind, report.Coverage)
 	}
 	if runErr != nil {
 		t.Error(runErr)
@@ -268,10 +267,11 @@ func (s *scenario) timeline(x conformance.Sample) {
 // monitor saw and deletes the cluster, before the cleanups registered earlier (a plane's) run.
 func (s *scenario) watch(c *framework.Cluster) {
 	s.c = c
-	s.mon = conformance.StartMonitor(s.ctx, c.Source(), 50*time.Millisecond, s.timeline)
+	s.watcher = conformance.Watch(s.ctx, c, conformance.Options{Interval: 50 * time.Millisecond, OnChange: s.timeline})
 	s.t.Cleanup(func() {
-		m := s.mon.Stop()
-		s.check(conformance.Report{Scenario: s.res.name, Monitor: m, Latencies: m.Latencies(s.targets...)}, nil)
+		report := s.watcher.Stop()
+		report.Scenario = s.res.name
+		s.check(report, nil)
 		s.deleteCluster()
 	})
 }
@@ -319,7 +319,7 @@ func (s *scenario) logControlPlaneConditions() {
 func (s *scenario) wait(what string, timeout time.Duration, cond func(context.Context) (bool, string, error)) {
 	s.t.Helper()
 	s.logf("waiting for %s", what)
-	err := conformance.WaitFor(s.ctx, timeout, func(p string) { s.logf("%s", p) }, cond)
+	err := clusterops.WaitFor(s.ctx, timeout, func(p string) { s.logf("%s", p) }, cond)
 	s.recordRemediation()
 	s.g.Expect(err).NotTo(HaveOccurred(), what)
 }

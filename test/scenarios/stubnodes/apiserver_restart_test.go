@@ -49,7 +49,7 @@ func TestFaultManagementAPIServerRestarted(t *testing.T) {
 	t.Cleanup(stopManager)
 
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 0, management: management.Client})
-	monitor := conformance.StartMonitor(ctx, stubSource{contract: conformance.NewContractSource(c.conformanceCluster())}, monitorInterval, nil)
+	monitor := conformance.Watch(ctx, c.conformanceCluster(), conformance.Options{Interval: monitorInterval})
 	c.setReplicas(3)
 	g.Eventually(c.clusterContainers, faultBudgets.ClusterReady, 100*time.Millisecond).ShouldNot(BeEmpty(), "the scale-up made a container")
 

@@ -11,7 +11,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/capdmp/capdmp/pkg/conformance"
+	"github.com/capdmp/capdmp/internal/clusterops"
 )
 
 // TestConfigurationChangeRollsThePool edits the pool's KubeadmConfig (a file added): CABPK
@@ -50,7 +50,7 @@ func TestConfigurationChangeRollsThePool(t *testing.T) {
 	}()
 
 	const path, content = "/etc/capdmp-test/edited", "edited\n"
-	g.Expect(conformance.AddBootstrapFile(ctx, c.conformanceCluster(), path, content)).To(Succeed())
+	g.Expect(clusterops.AddBootstrapFile(ctx, c.conformanceCluster(), path, content)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		names := containerNames(c)
 		g.Expect(names).To(HaveLen(desired))

@@ -131,7 +131,7 @@ func TestFaultUpdateConflicts(t *testing.T) {
 	g := NewWithT(t)
 	conflicts := newConflictInjector()
 	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, wrapClient: conflicts.wrap})
-	sc, ok := conformance.Lookup("s1-machinepool-first")
+	sc, ok := conformance.Lookup("both-at-once/machinepool-first")
 	g.Expect(ok).To(BeTrue())
 
 	_, c := runScenario(t, sc, faultBudgets)
@@ -275,7 +275,7 @@ func TestFaultManagerKilled(t *testing.T) {
 	// Not the scenarios that hold the pool's bootstrap data through a pause: with this suite's
 	// 20-second token TTL, a manager down for seconds at the wrong moment lets a token expire
 	// before its container joins, a failure of the test's TTL rather than of the pool.
-	scenarios := []string{"s1-machinepool-first", "s1-controlplane-first", "s1-image-first"}
+	scenarios := []string{"both-at-once/machinepool-first", "both-at-once/controlplane-first", "both-at-once/image-first"}
 	for i := 0; killed() < kills; i++ {
 		sc, ok := conformance.Lookup(scenarios[i%len(scenarios)])
 		g.Expect(ok).To(BeTrue())
@@ -344,7 +344,7 @@ const apiServerFreeze = 30 * time.Second
 // monitor cannot read meanwhile are counted apart, never as "no violation".
 func TestFaultManagementAPIServerFrozen(t *testing.T) {
 	g := NewWithT(t)
-	sc, ok := conformance.Lookup("s1-machinepool-first")
+	sc, ok := conformance.Lookup("both-at-once/machinepool-first")
 	g.Expect(ok).To(BeTrue())
 	apiServer, err := testEnv.Management.Process()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -379,7 +379,7 @@ func TestFaultManagementAPIServerFrozen(t *testing.T) {
 	default:
 		t.Fatal("the scenario ended before the freeze did")
 	}
-	g.Expect(report.Monitor.Coverage.Unknown).To(BeNumerically(">", 0), "the monitor counted the samples it could not read")
+	g.Expect(report.Coverage.Unknown).To(BeNumerically(">", 0), "the monitor counted the samples it could not read")
 }
 
 // TestFaultHungBootstrap: a bootstrap step that never exits is stopped at the pool's bootstrap
@@ -461,7 +461,7 @@ func TestFaultEngineRestarted(t *testing.T) {
 	t.Cleanup(stopProvider)
 	go c.controlPlaneProvider(providerCtx, 1)
 	seen := watchContainerIDs(t, c)
-	monitor := conformance.StartMonitor(ctx, stubSource{contract: conformance.NewContractSource(c.conformanceCluster())}, 50*time.Millisecond, nil)
+	monitor := conformance.Watch(ctx, c.conformanceCluster(), conformance.Options{Interval: 50 * time.Millisecond})
 
 	// The samples the monitor cannot read while the engine is stopped on purpose: blind by
 	// design, they do not count against its coverage.

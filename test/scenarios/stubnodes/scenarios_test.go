@@ -15,6 +15,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/capdmp/capdmp/internal/clusterops"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
 )
@@ -43,7 +44,7 @@ var budgets = conformance.Budgets{
 // broken watch shows as a scenario that never completes.
 func TestScenarios(t *testing.T) {
 	withLongSyncPeriod(t)
-	for _, sc := range conformance.Scenarios {
+	for _, sc := range conformance.Scenarios() {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
 			report, _ := runScenario(t, sc, budgets)
@@ -101,7 +102,7 @@ func runScenarioWith(t *testing.T, sc conformance.Scenario, budgets conformance.
 		},
 	})
 	g.Expect(err).NotTo(HaveOccurred())
-	m := report.Monitor
+	m := report
 	skewViolationsMu.Lock()
 	skewViolationsTotal += len(m.Violations)
 	skewViolationsMu.Unlock()
@@ -133,21 +134,33 @@ func (c stubCluster) RestartProvider(context.Context) error {
 
 // Source implements conformance.Observer.
 func (c stubCluster) Source() conformance.Source {
-	return stubSource{contract: conformance.NewContractSource(c)}
+	return &stubSource{cluster: c, controlPlane: clusterops.ControlPlaneReader{Cluster: c}}
 }
 
-// stubSource reads the control plane's status.versions first (conformance.ContractSource): a
-// pool read after it can only look newer than it was, and a sample errs toward a violation. The
-// kubelets are those of the Nodes named as the pool's containers.
+// stubSource reads the control plane's status.versions first, as the kit does through the
+// contract (what runs, here): a pool read after it can only look newer than it was, and a
+// sample errs toward a violation. The kubelets are those of the Nodes named as the pool's
+// containers.
 type stubSource struct {
-	contract *conformance.ContractSource
+	cluster      stubCluster
+	controlPlane clusterops.ControlPlaneReader
 }
 
-func (s stubSource) Observe(ctx context.Context) (conformance.Sample, error) {
-	sample, instances, err := s.contract.ObserveInstances(ctx)
+func (s *stubSource) Observe(ctx context.Context) (conformance.Sample, error) {
+	status, err := s.controlPlane.Read(ctx)
+	if err != nil {
+		return conformance.Sample{}, err
+	}
+	sample := conformance.Sample{APIServers: status.Versions, ControlPlaneStatus: status.Versions}
+	instances, err := s.cluster.Instances(ctx)
 	if err != nil {
 		return sample, err
 	}
+	for _, i := range instances {
+		sample.Instances = append(sample.Instances, i.Version)
+	}
+	// The gate's word is for the timeline only: a failed read of it leaves the sample whole.
+	sample.Gate, _, _ = s.cluster.Gate(ctx)
 	nodes := &corev1.NodeList{}
 	if err := testEnv.Workload.Client.List(ctx, nodes); err != nil {
 		return sample, err

@@ -65,7 +65,7 @@ func runSuite(m *testing.M) int {
 	ctx := context.Background()
 	host, err := dockerengine.Host(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL test/local: %s: %v\n", dockerengine.MissingEngine, err)
+		fmt.Fprintf(os.Stderr, "FAIL test/scenarios/stubnodes: %s: %v\n", dockerengine.MissingEngine, err)
 		return 1
 	}
 	_ = os.Setenv("DOCKER_HOST", host)

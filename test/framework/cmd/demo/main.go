@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "s1-machinepool-first", "the scenario of pkg/conformance's table to play (needs at most the versions of -versions)")
+	scenario := flag.String("scenario", "both-at-once/machinepool-first", "the scenario of pkg/conformance's table to play (needs at most the versions of -versions)")
 	versions := flag.String("versions", "v1.36.3,v1.37.2", "the Kubernetes versions of the chain, oldest first (a kindest/node image of each must exist)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -87,14 +87,14 @@ func run(ctx context.Context, name string, versions []string) (err error) {
 		say("gate re-open latency to %s: %s after the last old kube-apiserver, %s after the control plane's status", l.Target,
 			l.FromAPIServers.Round(10*time.Millisecond), l.FromStatus.Round(10*time.Millisecond))
 	}
-	for _, v := range report.Monitor.Violations {
+	for _, v := range report.Violations {
 		say("VIOLATION %s", v)
 	}
-	mean, longest, _ := report.Monitor.Interval()
-	say("skew-violations: %d (%s; one every %s, longest gap %s; new containers seen within %s)", len(report.Monitor.Violations),
-		report.Monitor.Coverage, mean.Round(time.Millisecond), longest.Round(time.Millisecond), c.ContainerLag().Round(time.Millisecond))
-	if runErr == nil && len(report.Monitor.Violations) > 0 {
-		runErr = fmt.Errorf("%d skew violations", len(report.Monitor.Violations))
+	mean, longest := report.SampleInterval, report.LongestGap
+	say("skew-violations: %d (%s; one every %s, longest gap %s; new containers seen within %s)", len(report.Violations),
+		report.Coverage, mean.Round(time.Millisecond), longest.Round(time.Millisecond), c.ContainerLag().Round(time.Millisecond))
+	if runErr == nil && len(report.Violations) > 0 {
+		runErr = fmt.Errorf("%d skew violations", len(report.Violations))
 	}
 	return runErr
 }
