@@ -29,21 +29,26 @@ generate: ## Generate deepcopy, CRDs, RBAC and webhook manifests
 .PHONY: verify
 verify: generate ## Fail when generated files or go.mod are out of date, code is not gofmt-clean, build-tagged tests do not compile or the manager links a test package
 	go mod tidy -diff
-	$(foreach m,$(NESTED_MODULES),cd $(ROOT)/$(m) && go mod tidy -diff && ) true
+	$(foreach m,$(NESTED_MODULES) $(TEST_MODULE),cd $(ROOT)/$(m) && go mod tidy -diff && ) true
 	cd hack/tools && go mod tidy -diff
 	cd hack/tools/helm && go mod tidy -diff
 	cd hack/images/cert-manager && go mod tidy -diff
-	go vet -tags e2e,e2e_local,bench,kind,published ./test/e2e/... ./test/smoke/... ./test/scenarios/... ./test/kind/... ./test/published/...
+	cd test && go vet -tags e2e,e2e_local,bench,kind,published ./...
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff -- api config | head -50; \
 		echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "not gofmt-clean"; exit 1; }
 	@if go list -deps . | grep -E '^github.com/capdmp/capdmp/(internal/)?test(/|$$)'; then \
 		echo "the manager (main.go, the image's binary) links the test packages above"; exit 1; fi
+	@# Every module the manager's go.mod requires directly is one the manager links.
+	@unlinked="$$(comm -13 <(go list -deps -f '{{with .Module}}{{.Path}}{{end}}' . | sort -u) \
+		<(go list -m -f '{{if not .Indirect}}{{.Path}}{{end}}' all | sort -u))"; \
+	if [ -n "$$unlinked" ]; then echo "go.mod requires modules the manager does not link (move what needs them to test/):"; echo "$$unlinked"; exit 1; fi
 
 .PHONY: lint
 lint: ## Run golangci-lint (build-tagged e2e, real-tier and bench code included)
-	$(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench,kind,published ./...
+	$(TOOLS) golangci-lint run ./...
+	cd $(TEST_MODULE) && $(TOOLS) golangci-lint run --build-tags e2e,e2e_local,bench,kind,published ./...
 	$(foreach m,$(NESTED_MODULES),cd $(ROOT)/$(m) && $(TOOLS) golangci-lint run ./... && ) true
 
 .PHONY: manifests
@@ -76,6 +81,10 @@ TEST_JSON := $(ROOT)/_artifacts/go-test.json
 # pkg/skew, and examples/skew-importer, which imports it pinned to an older Cluster API.
 NESTED_MODULES := pkg/skew examples/skew-importer
 
+# The harness (test/, a module of its own): the test tiers, their framework and the management
+# plane of `make run` (test/devtools). `make test` runs its unit tests beside the manager's.
+TEST_MODULE := test
+
 # The stub-node tier (tier 1): the scenario table, the pool's lifecycle and the fault tests on stub
 # nodes, a package of its own that `make test` leaves to `make test-stub-tier`. STUB_TIER_RUN
 # selects tests (go test's -run), e.g. STUB_TIER_RUN=TestScenarios/both-at-once/machinepool-first.
@@ -87,7 +96,9 @@ test: envtest-binaries docker-engine ## Run the unit, API and engine tests of ev
 	hack/host-packages.sh test
 	mkdir -p $(dir $(TEST_JSON))
 	$(MAKE) test-modules
-	pkgs="$$(go list ./...)" && $(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_JSON) -- $(GO_TEST_FLAGS) $$(grep -vxF $(STUB_TIER_PACKAGE) <<<"$$pkgs")
+	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_JSON) -- $(GO_TEST_FLAGS) ./...
+	cd $(TEST_MODULE) && pkgs="$$(go list ./...)" && $(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg \
+	  --jsonfile $(ROOT)/_artifacts/go-test-harness.json -- $(GO_TEST_FLAGS) $$(grep -vxF $(STUB_TIER_PACKAGE) <<<"$$pkgs")
 	$(MAKE) verify
 	$(MAKE) lint
 
@@ -95,8 +106,8 @@ test: envtest-binaries docker-engine ## Run the unit, API and engine tests of ev
 test-stub-tier: envtest-binaries docker-engine ## Run the stub-node tier: the scenario table, the pool's lifecycle and the fault tests on stub nodes and envtest
 	hack/host-packages.sh test
 	mkdir -p $(dir $(TEST_JSON))
-	$(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-stub-tier.json -- $(GO_TEST_FLAGS) \
-	  $(if $(STUB_TIER_RUN),-v -run '$(STUB_TIER_RUN)') ./test/scenarios/stubnodes/
+	cd $(TEST_MODULE) && $(TOOLS) gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(ROOT)/_artifacts/go-test-stub-tier.json -- $(GO_TEST_FLAGS) \
+	  $(if $(STUB_TIER_RUN),-v -run '$(STUB_TIER_RUN)') ./scenarios/stubnodes/
 
 .PHONY: test-modules
 test-modules: ## Run the tests of pkg/skew's own module and of examples/skew-importer (pkg/skew under Cluster API v1.13)
@@ -106,13 +117,13 @@ test-modules: ## Run the tests of pkg/skew's own module and of examples/skew-imp
 .PHONY: test-faults
 test-faults: envtest-binaries docker-engine ## Run the fault tests alone: manager killed, conflicts, API server frozen and restarted, hung bootstrap, engine restarted, clusterctl move
 	hack/host-packages.sh test
-	go test $(GO_TEST_FLAGS) -count=1 -v -run '^TestFault' ./test/scenarios/stubnodes/
+	cd $(TEST_MODULE) && go test $(GO_TEST_FLAGS) -count=1 -v -run '^TestFault' ./scenarios/stubnodes/
 
 .PHONY: bench
 bench: envtest-binaries docker-engine ## CAPDMP beside the Docker engine alone, gate re-open latency, cost at scale: _artifacts/bench/{results.json,chart.svg} (docs/benchmarks.md)
 	hack/host-packages.sh test
 	mkdir -p _artifacts/bench
-	go test -tags bench $(GO_TEST_FLAGS) -count=1 -v -run '^TestBench$$' ./test/scenarios/stubnodes/ | tee _artifacts/bench/bench.log | grep -E '^(bench:|--- FAIL|FAIL|ok)'
+	cd $(TEST_MODULE) && go test -tags bench $(GO_TEST_FLAGS) -count=1 -v -run '^TestBench$$' ./scenarios/stubnodes/ | tee $(ROOT)/_artifacts/bench/bench.log | grep -E '^(bench:|--- FAIL|FAIL|ok)'
 
 FUZZTIME ?= 30s
 
@@ -153,8 +164,8 @@ E2E_LOCAL_TAGS ?= e2e_local
 .PHONY: real-tier
 real-tier: envtest-binaries test-smoke
 	mkdir -p $(dir $(E2E_LOCAL_LOG))
-	eval "$$(hack/docker-engine.sh start)" && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags $(E2E_LOCAL_TAGS) -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
-	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./test/scenarios/realnodes/ 2>&1 | tee $(E2E_LOCAL_LOG); \
+	eval "$$(hack/docker-engine.sh start)" && cd $(TEST_MODULE) && CAPDMP_SCENARIOS="$(SCENARIOS)" go test -tags $(E2E_LOCAL_TAGS) -count=1 -v -timeout $(E2E_LOCAL_TIMEOUT) \
+	  -parallel $(E2E_LOCAL_PARALLEL) -run '$(E2E_LOCAL_RUN)' ./scenarios/realnodes/ 2>&1 | tee $(E2E_LOCAL_LOG); \
 	  status=$${PIPESTATUS[0]}; echo; grep -E '^(scenario  |both-at-once/|paused/|pool-alone/|run[0-9]-|kit-|bench-|retagged-|conformance kit|suite wall time|skew-violations:|[0-9]+ passed, [0-9]+ failed)' $(E2E_LOCAL_LOG); exit $$status
 
 include hack/node-images/node-images.mk
@@ -180,7 +191,7 @@ kind-management-delete: ## Delete the kind management cluster, its workload clus
 test-kind: ## Test the kind management cluster (build tag kind): providers Available, manager RBAC, webhooks with cert-manager certificates, a machinepool-flavor cluster whose workers join
 	KUBECONFIG="$$($(KIND_MANAGEMENT_ENV) hack/kind-management.sh kubeconfig)" KUBECTL="$$($(KIND_MANAGEMENT_ENV) hack/kind-management.sh kubectl)" \
 	  CLUSTERCTL=$(BIN)/clusterctl CLUSTERCTL_CONFIG=$(CLUSTERCTL_REPOSITORY)/clusterctl.yaml \
-	  go test -tags kind -count=1 -v -timeout 30m ./test/kind/
+	  go -C $(TEST_MODULE) test -tags kind -count=1 -v -timeout 30m ./kind/
 
 # Tilt (docs/clusterctl.md, "Tilt"): tilt built from its Go module into CAPDMP_CACHE/tools, and
 # `tilt ci` of the standalone Tiltfile against the kind management cluster (KIND_MANAGEMENT_NAME).
@@ -203,7 +214,7 @@ test-e2e: clusterctl-repository ## Deployed tier: Cluster API's quick-start (mac
 
 ##@ Run
 # The node images `make run` makes sure of (bin/kubectl is of the newest: hack/kubectl.sh), and the
-# flags of the management plane (cmd/management-plane: --data-dir, --fresh, ...).
+# flags of the management plane (test/devtools/cmd/management-plane: --data-dir, --fresh, ...).
 RUN_NODE_IMAGE_VERSIONS ?= v1.36.3 v1.37.2
 RUN_FLAGS ?=
 
@@ -217,8 +228,8 @@ run: envtest-binaries docker-engine ## The main job: a whole Cluster API managem
 .PHONY: run-binaries
 run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl; link bin/kubectl (of the newest RUN_NODE_IMAGE_VERSIONS: its cached build, else its node image's, else built)
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/manager .
-	go build -o $(BIN)/management-plane ./cmd/management-plane
-	go build -o $(BIN)/clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
+	go -C $(TEST_MODULE) build -o $(BIN)/management-plane ./devtools/cmd/management-plane
+	go -C $(TEST_MODULE) build -o $(BIN)/clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
 	kubectl="$$($(NODE_IMAGES_ENV) $(NODE_IMAGES_NICE) hack/kubectl.sh $(lastword $(RUN_NODE_IMAGE_VERSIONS)))" && \
 	  ln -sf "$$kubectl" $(BIN)/kubectl
 
@@ -237,7 +248,7 @@ DEMO_SCENARIO ?= both-at-once/machinepool-first
 .PHONY: demo
 demo: envtest-binaries docker-engine ## Scenario 1 with real nodes as a live timeline (builds the two node images first; Ctrl-C cleans up)
 	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(DEMO_FROM) $(DEMO_TO)"
-	go build -o $(BIN)/demo ./test/framework/cmd/demo
+	go -C $(TEST_MODULE) build -o $(BIN)/demo ./framework/cmd/demo
 	eval "$$(hack/docker-engine.sh env)" && $(BIN)/demo --scenario $(DEMO_SCENARIO) --versions $(DEMO_FROM),$(DEMO_TO)
 
 .PHONY: build

@@ -1,6 +1,6 @@
 // Command manager runs the CAPDMP controllers, DockerMachinePool and DockerMachinePoolMachine, and
 // their webhooks against the management cluster of its kubeconfig (or its in-cluster config). It
-// is what the image runs; cmd/management-plane runs it beside a local management plane.
+// is what the image runs; test/devtools/cmd/management-plane runs it beside a local management plane.
 package main
 
 import (

@@ -1,6 +1,6 @@
 // Package config holds CAPDMP's generated manifests as files for kustomize, and embeds the ones
 // programs need without the repository at hand: the CRDs, the webhook configuration and the
-// manager's ClusterRole, which the local management plane (internal/managementplane) installs.
+// manager's ClusterRole, which the local management plane (internal/test/apiserver) installs.
 package config
 
 import "embed"

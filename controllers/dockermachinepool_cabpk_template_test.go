@@ -28,7 +28,6 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
-	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
@@ -156,7 +155,7 @@ func startCABPK(t *testing.T, env *testenv.Environment) {
 	g.Expect(err).ToNot(HaveOccurred())
 	g.Expect(index.AddDefaultIndexes(ctx, mgr)).To(Succeed())
 	// A TTL longer than the test: only the test's refreshes re-render the data.
-	g.Expect(managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, 15*time.Minute)).To(Succeed())
+	g.Expect(testenv.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, 15*time.Minute)).To(Succeed())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -37,8 +37,8 @@ deadline_race() {
 }
 
 # "<package dir> <target>" for every func FuzzXxx(f *testing.F) in a test file of the modules: the
-# provider's and pkg/skew's, a module of its own.
-MODULES=(. pkg/skew)
+# provider's, pkg/skew's and the harness's (test/), modules of their own.
+MODULES=(. pkg/skew test)
 test_files="$(for module in "${MODULES[@]}"; do
   go -C "${module}" list -f '{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}' ./...
 done | sort)"

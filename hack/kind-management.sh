@@ -35,7 +35,7 @@ LOGS="${DIR}/logs"
 # The namespaces clusterctl init creates, one Deployment or more each.
 NAMESPACES=(cert-manager capi-system capi-kubeadm-bootstrap-system capi-kubeadm-control-plane-system capd-system capdmp-system)
 # Kernel settings: the kubelet changes the first three, no container namespace isolates them;
-# the inotify limits are raised as kind's known issues ask (internal/hostsysctl has the same lists).
+# the inotify limits are raised as kind's known issues ask (test/devtools/hostsysctl has the same lists).
 KUBELET_SYSCTLS=(vm/overcommit_memory kernel/panic kernel/panic_on_oops)
 declare -A RAISE_SYSCTLS=([fs/inotify/max_user_instances]=8192 [fs/inotify/max_user_watches]=524288)
 
@@ -79,8 +79,8 @@ engine() {
 tools() {
 	# kind at the module's version, clusterctl of Cluster API's module, and the node image's own
 	# kubectl (hack/node-images caches the Kubernetes binaries it built the image from).
-	[ -x "${KIND}" ] || (cd "${ROOT}" && ${NICE} go build -o "${KIND}" sigs.k8s.io/kind)
-	[ -x "${CLUSTERCTL}" ] || (cd "${ROOT}" && ${NICE} go build -o "${CLUSTERCTL}" sigs.k8s.io/cluster-api/cmd/clusterctl)
+	[ -x "${KIND}" ] || (cd "${ROOT}/test" && ${NICE} go build -o "${KIND}" sigs.k8s.io/kind)
+	[ -x "${CLUSTERCTL}" ] || (cd "${ROOT}/test" && ${NICE} go build -o "${CLUSTERCTL}" sigs.k8s.io/cluster-api/cmd/clusterctl)
 	local kube
 	kube="$(${NICE} "${ROOT}/hack/node-images/kube-binaries.sh" "$(node_version)")"
 	KUBECTL="${kube}/kubectl"
@@ -113,7 +113,7 @@ repository() {
 # Host settings are shared by every kind cluster on the host: the values before the first cluster
 # are kept in SYSCTL_STATE/values, the clusters that need them raised in SYSCTL_STATE/holders, and
 # the last cluster deleted puts the values back. Where another run (the real tier) has recorded the
-# host's values in the shared state file of internal/hostsysctl, its values are the host's, not
+# host's values in the shared state file of test/devtools/hostsysctl, its values are the host's, not
 # what its kubelets wrote since.
 SYSCTL_STATE="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/kind-host-sysctls"
 
@@ -334,7 +334,7 @@ remove_leftovers() {
 
 delete() {
 	engine
-	[ -x "${KIND}" ] || (cd "${ROOT}" && ${NICE} go build -o "${KIND}" sigs.k8s.io/kind)
+	[ -x "${KIND}" ] || (cd "${ROOT}/test" && ${NICE} go build -o "${KIND}" sigs.k8s.io/kind)
 	if cluster_exists; then
 		KUBECTL="$(command -v kubectl || true)"
 		[ -s "${DIR}/kubectl" ] && KUBECTL="$(cat "${DIR}/kubectl")"

@@ -89,7 +89,7 @@ CREATED_USER=false
 RUN_PGID=""
 declare -A BACKED_UP=() COPY_ID=()
 # The kernel settings the nodes' kubelets change on the host, which a user's plane cannot put
-# back (internal/hostsysctl). Not the inotify limits: a user's plane cannot raise them, and another
+# back (test/devtools/hostsysctl). Not the inotify limits: a user's plane cannot raise them, and another
 # run on this host may hold them raised.
 SYSCTLS=(vm/overcommit_memory kernel/panic kernel/panic_on_oops)
 declare -A SYSCTL_BEFORE=()

@@ -48,7 +48,8 @@ CERT_MANAGER=github.com/cert-manager/cert-manager
 export DOCKER_BUILDKIT=0 # the legacy builder: Debian's docker.io 20.10 has no buildx
 
 # The images, in build order: NAME MODULE PACKAGE USER BINARY-PATH. MODULE says where the package
-# is built: capi (this module's dependency graph: the Cluster API the plane runs in-process),
+# is built: capi (the test module's dependency graph, test/go.mod: the Cluster API the plane runs
+# in-process),
 # cert-manager (hack/images/cert-manager, a module of its own), capdmp (this repository, with its
 # Dockerfile). USER is the image's user, as upstream's: CAPD runs as root (it needs the Docker
 # socket; its Deployment is privileged), Cluster API's managers and cert-manager as non-root.
@@ -63,16 +64,16 @@ IMAGES=(
   "cert-manager-cainjector cert-manager ${CERT_MANAGER}/cmd/cainjector 65532:65532 /app/cmd/cainjector/cainjector"
 )
 
-# capi_modfile: a copy of go.mod and go.sum to build Cluster API's main packages with. They link
-# a few modules (github.com/valyala/fastjson) that CAPDMP's packages do not, so the go.sum copy
-# gains their sums; the repository's go.mod and go.sum stay untouched.
+# capi_modfile: a copy of test/go.mod and go.sum to build Cluster API's main packages with. They
+# link a few modules (github.com/valyala/fastjson) that CAPDMP's packages do not, so the go.sum
+# copy gains their sums; the repository's go.mod and go.sum stay untouched.
 # One folder for the whole run, removed at exit: capi_modfile runs in command substitutions,
 # subshells that cannot keep what they made for the next call.
 CAPI_MODFILE_DIR="$(mktemp -d)"
 trap 'rm -rf "${CAPI_MODFILE_DIR}"' EXIT
 capi_modfile() {
   if [[ ! -f "${CAPI_MODFILE_DIR}/go.mod" ]]; then
-    cp "${REPO_ROOT}/go.mod" "${REPO_ROOT}/go.sum" "${CAPI_MODFILE_DIR}/"
+    cp "${REPO_ROOT}/test/go.mod" "${REPO_ROOT}/test/go.sum" "${CAPI_MODFILE_DIR}/"
   fi
   echo "${CAPI_MODFILE_DIR}/go.mod"
 }
@@ -83,7 +84,7 @@ GO_PREFIX=""
 go_in() {
   local module="$1" sub="$2"; shift 2
   case "${module}" in
-    capi) (cd "${REPO_ROOT}" && ${GO_PREFIX} go "${sub}" -modfile="$(capi_modfile)" -mod=mod "$@") ;;
+    capi) (cd "${REPO_ROOT}/test" && ${GO_PREFIX} go "${sub}" -modfile="$(capi_modfile)" -mod=mod "$@") ;;
     capdmp) (cd "${REPO_ROOT}" && ${GO_PREFIX} go "${sub}" "$@") ;;
     cert-manager) (cd "${IMAGES_DIR}/cert-manager" && ${GO_PREFIX} go "${sub}" "$@") ;;
     *) die "unknown module ${module}" ;;

@@ -33,7 +33,7 @@ node-images-binaries: ## Build only the static Kubernetes binaries of NODE_IMAGE
 
 test-smoke: node-images ## Smoke test of the node images (build tag e2e_local): kubeadm init, join, pod
 	eval "$$(hack/docker-engine.sh start)" && $(NODE_IMAGES_ENV) \
-	  $(NODE_IMAGES_NICE) go test -tags e2e_local -count=1 -timeout $(SMOKE_TEST_TIMEOUT) -v ./test/smoke/...
+	  $(NODE_IMAGES_NICE) go -C $(ROOT)/test test -tags e2e_local -count=1 -timeout $(SMOKE_TEST_TIMEOUT) -v ./smoke/...
 
 node-images-clean: ## Remove the node-images cache folder
 	rm -rf "$(CAPDMP_CACHE)/node-images"

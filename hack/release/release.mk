@@ -44,4 +44,4 @@ test-kind: release release-kind-load
 test-release-kind: release release-kind-load ## On the kind management cluster: clusterctl init of CAPDMP from RELEASE_DIR, its image and default flavor; the development provider put back
 	KUBECONFIG="$$($(KIND_MANAGEMENT_ENV) hack/kind-management.sh kubeconfig)" KUBECTL="$$($(KIND_MANAGEMENT_ENV) hack/kind-management.sh kubectl)" \
 	  CLUSTERCTL=$(BIN)/clusterctl CLUSTERCTL_CONFIG=$(CLUSTERCTL_REPOSITORY)/clusterctl.yaml RELEASE_DIR="$(RELEASE_DIR)" \
-	  go test -tags kind -count=1 -v -timeout 20m -run '^TestReleaseInstalls$$' ./test/kind/
+	  go -C $(ROOT)/test test -tags kind -count=1 -v -timeout 20m -run '^TestReleaseInstalls$$' ./kind/

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 )
 
 // Attach reaches a management plane that another process runs (`make run`) through its admin
@@ -45,7 +45,7 @@ func clientFromKubeconfig(path string) (client.Client, error) {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
 	}
 	cfg.Timeout = 5 * time.Second
-	return client.New(cfg, client.Options{Scheme: managementplane.Scheme()})
+	return client.New(cfg, client.Options{Scheme: apiserver.Scheme()})
 }
 
 // kubeconfigReader reads live through the kubeconfig at path, made again whenever the file

@@ -1,5 +1,5 @@
 // Package framework is the world CAPDMP's real tier and its demo run in, on one machine: the
-// management plane `make run` starts (internal/managementplane): kube-apiserver and etcd built
+// management plane `make run` starts (test/devtools/managementplane): kube-apiserver and etcd built
 // from source, Cluster API v1.14.2's core, KubeadmControlPlane and KubeadmConfig controllers and
 // CAPD's DockerCluster and DockerMachine controllers in-process with every provider's webhooks,
 // and the CAPDMP manager as its own process with the flags it ships with. Workload clusters are
@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/test/devtools/managementplane"
 	"github.com/capdmp/capdmp/internal/test/autogroup"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/cluster-api/test/infrastructure/container"
 	"sigs.k8s.io/cluster-api/test/infrastructure/kind"
 
-	"github.com/capdmp/capdmp/internal/hostsysctl"
+	"github.com/capdmp/capdmp/test/devtools/hostsysctl"
 )
 
 const (

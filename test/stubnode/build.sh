@@ -13,4 +13,4 @@ cd "${ROOT}"
 if [[ -z "${DOCKER_HOST:-}" ]]; then
   eval "$(hack/docker-engine.sh env)"
 fi
-exec go run ./test/stubnode/cmd/build "$@"
+exec go -C test run ./stubnode/cmd/build "$@"

@@ -2,7 +2,7 @@
 // controller-runtime's envtest and the kube-apiserver and etcd that hack/envtest-binaries.sh builds:
 //
 //   - a management API server with the CRDs of Cluster API v1.14.2 (core, kubeadm bootstrap and
-//     control plane, CAPD) and CAPDMP (internal/managementplane.CRDs);
+//     control plane, CAPD) and CAPDMP (internal/apiserver.CRDs);
 //   - optionally a workload API server with bootstrap token authentication, the kube-public
 //     cluster-info that kubeadm discovery reads, and RBAC letting bootstrap tokens register Nodes
 //     (for the stub kubeadm of test/stubnode), plus helpers to create a Cluster's
@@ -38,7 +38,7 @@ import (
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 )
 
 // RepoRoot is the root of this repository, found from this source file.
@@ -49,7 +49,7 @@ func RepoRoot() string {
 
 // Scheme returns the management plane's scheme: client-go's types, Cluster API's, CAPD's and
 // CAPDMP's.
-func Scheme() *kruntime.Scheme { return managementplane.Scheme() }
+func Scheme() *kruntime.Scheme { return apiserver.Scheme() }
 
 var assetsMu sync.Mutex
 
@@ -106,7 +106,7 @@ func haveBinaries(dir string) bool {
 // Management is a running management API server with every provider's CRDs (no webhooks: the
 // tests that need them start the whole management plane).
 type Management struct {
-	*managementplane.APIServer
+	*apiserver.APIServer
 	// StartDuration is how long starting etcd, kube-apiserver and installing the CRDs took.
 	StartDuration time.Duration
 }
@@ -118,7 +118,7 @@ func StartManagement(ctx context.Context) (*Management, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := managementplane.StartAPIServer(managementplane.APIServerOptions{BinaryAssetsDirectory: assets})
+	s, err := apiserver.StartAPIServer(apiserver.APIServerOptions{BinaryAssetsDirectory: assets})
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 )
 
 const (
@@ -68,11 +68,11 @@ func StartWorkload(ctx context.Context) (*Workload, error) {
 		return nil, err
 	}
 	env := &crenvtest.Environment{BinaryAssetsDirectory: assets}
-	if err := managementplane.DieWithParent(env); err != nil {
+	if err := apiserver.DieWithParent(env); err != nil {
 		return nil, err
 	}
 	env.ControlPlane.GetAPIServer().Configure().Set("enable-bootstrap-token-auth", "true")
-	cfg, err := managementplane.StartEnvtest(env)
+	cfg, err := apiserver.StartEnvtest(env)
 	if err != nil {
 		return nil, fmt.Errorf("starting the workload API server from %s: %w", assets, err)
 	}

@@ -31,10 +31,10 @@ import (
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
+	"github.com/capdmp/capdmp/test/devtools/managementplane"
 	"github.com/capdmp/capdmp/test/stubnode"
 )
 

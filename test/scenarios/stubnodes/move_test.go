@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/skew"
 )
@@ -141,7 +141,7 @@ func moveCluster(t *testing.T, c *testCluster, controlPlaneVersion string) (*tes
 // clusterctlClient is clusterctl's client of a management API server, its CRDs labelled and its
 // providers recorded as `clusterctl init` leaves them: move discovers the types to move by the
 // label and checks that the target has the source's providers.
-func clusterctlClient(ctx context.Context, g Gomega, apiServer *managementplane.APIServer, kubeconfig string) clusterctlcluster.Client {
+func clusterctlClient(ctx context.Context, g Gomega, apiServer *apiserver.APIServer, kubeconfig string) clusterctlcluster.Client {
 	crds := &apiextensionsv1.CustomResourceDefinitionList{}
 	g.Expect(apiServer.Client.List(ctx, crds)).To(Succeed())
 	for i := range crds.Items {
@@ -157,7 +157,7 @@ func clusterctlClient(ctx context.Context, g Gomega, apiServer *managementplane.
 		g.Expect(apiServer.Client.Patch(ctx, crd, patch)).To(Succeed())
 	}
 
-	g.Expect(managementplane.WriteKubeconfig(apiServer.Config, kubeconfig)).To(Succeed())
+	g.Expect(apiserver.WriteKubeconfig(apiServer.Config, kubeconfig)).To(Succeed())
 	config, err := clusterctlconfig.New(ctx, "")
 	g.Expect(err).NotTo(HaveOccurred())
 	cl := clusterctlcluster.New(clusterctlcluster.Kubeconfig{Path: kubeconfig}, config)

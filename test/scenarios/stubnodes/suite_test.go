@@ -27,7 +27,7 @@ import (
 
 	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/test/stubnode"
@@ -118,7 +118,7 @@ func runSuite(m *testing.M) int {
 
 // installInfrastructureClusterCRD installs the CRD of the generic infrastructure cluster the stub
 // tier's Clusters refer to (newTestCluster).
-func installInfrastructureClusterCRD(apiServer *managementplane.APIServer) error {
+func installInfrastructureClusterCRD(apiServer *apiserver.APIServer) error {
 	if _, err := envtest.InstallCRDs(apiServer.Config, envtest.CRDInstallOptions{
 		CRDs: []*apiextensionsv1.CustomResourceDefinition{builder.GenericInfrastructureClusterCRD.DeepCopy()},
 	}); err != nil {
@@ -164,7 +164,7 @@ func startManager(cfg managerConfig) error {
 
 // runManager runs a manager with Cluster API's reconcilers and CAPDMP's against a management API
 // server until the returned function stops it.
-func runManager(apiServer *managementplane.APIServer, cfg managerConfig) (func(), error) {
+func runManager(apiServer *apiserver.APIServer, cfg managerConfig) (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(apiServer.Config, ctrl.Options{
 		Scheme:  apiServer.Scheme,
@@ -203,7 +203,7 @@ func runManager(apiServer *managementplane.APIServer, cfg managerConfig) (func()
 	}
 	setups := []func() error{
 		func() error {
-			return managementplane.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, cmp.Or(cfg.tokenTTL, tokenTTL))
+			return testenv.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, cmp.Or(cfg.tokenTTL, tokenTTL))
 		},
 	}
 	if !cfg.capdmpOutOfProcess {

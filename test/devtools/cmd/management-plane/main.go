@@ -1,5 +1,5 @@
 // Command management-plane runs a whole Cluster API management plane on this machine, with no
-// cluster and no registry (internal/managementplane): kube-apiserver and etcd, Cluster API
+// cluster and no registry (test/devtools/managementplane): kube-apiserver and etcd, Cluster API
 // v1.14.2's core controllers, KubeadmControlPlane, KubeadmConfig, CAPD's DockerCluster and
 // DockerMachine, every provider's webhooks, and the CAPDMP manager. A cluster applied to it with
 // kubectl comes up as real nodes on the local Docker engine. `make run` builds what it needs and
@@ -29,8 +29,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/pkg/skew"
+	"github.com/capdmp/capdmp/test/devtools/managementplane"
 )
 
 type options struct {

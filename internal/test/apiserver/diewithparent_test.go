@@ -1,4 +1,4 @@
-package managementplane_test
+package apiserver_test
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/capdmp/capdmp/internal/managementplane"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
@@ -35,7 +35,7 @@ func TestDieWithParent(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		env := &crenvtest.Environment{BinaryAssetsDirectory: assets}
 		env.ControlPlane.Etcd = &crenvtest.Etcd{DataDir: dataDir}
-		g.Expect(managementplane.DieWithParent(env)).To(Succeed())
+		g.Expect(apiserver.DieWithParent(env)).To(Succeed())
 		_, err = env.Start()
 		g.Expect(err).NotTo(HaveOccurred())
 		fmt.Println("started")
@@ -133,13 +133,13 @@ func TestStartEnvtestAgain(t *testing.T) {
 	assets, err := testenv.BinaryAssetsDirectory(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	env := &crenvtest.Environment{BinaryAssetsDirectory: assets}
-	g.Expect(managementplane.DieWithParent(env)).To(Succeed())
-	_, err = managementplane.StartEnvtest(env)
+	g.Expect(apiserver.DieWithParent(env)).To(Succeed())
+	_, err = apiserver.StartEnvtest(env)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(env.ControlPlaneStartTimeout).To(Equal(2 * time.Minute))
 	g.Expect(env.Stop()).To(Succeed())
 
-	cfg, err := managementplane.StartEnvtest(env)
+	cfg, err := apiserver.StartEnvtest(env)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = env.Stop() })
 	c, err := client.New(cfg, client.Options{})

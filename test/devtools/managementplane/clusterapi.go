@@ -18,18 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	bootstrapadmission "sigs.k8s.io/cluster-api/bootstrap/kubeadm/webhooks/admission"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	kcpreconciler "sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
 	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	controlplaneadmission "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks/admission"
 	controlplaneconversion "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks/conversion"
-	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
-	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
-	"sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
-	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	coresetup "sigs.k8s.io/cluster-api/core/setup"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
@@ -44,6 +39,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/capdmp/capdmp/internal/test/apiserver"
+	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
 // ClusterAPIOptions configure the in-process Cluster API controllers.
@@ -66,9 +64,9 @@ type ClusterAPI struct {
 	done   chan error
 }
 
-// StartClusterAPI starts the controllers and serves the webhooks StartAPIServer installed, and
+// StartClusterAPI starts the controllers and serves the webhooks apiserver.StartAPIServer installed, and
 // returns once the webhook server answers.
-func StartClusterAPI(s *APIServer, o ClusterAPIOptions) (*ClusterAPI, error) {
+func StartClusterAPI(s *apiserver.APIServer, o ClusterAPIOptions) (*ClusterAPI, error) {
 	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), o.Logger))
 	c := &ClusterAPI{stop: cancel, done: make(chan error, 1)}
 	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
@@ -91,7 +89,7 @@ func StartClusterAPI(s *APIServer, o ClusterAPIOptions) (*ClusterAPI, error) {
 	go func() { c.done <- mgr.Start(ctx) }()
 	c.Reader = mgr.GetClient()
 	if s.WebhookPort != 0 {
-		if err := waitServing(ctx, net.JoinHostPort(s.WebhookHost, strconv.Itoa(s.WebhookPort)), s.WebhookCA, time.Minute); err != nil {
+		if err := apiserver.WaitServing(ctx, net.JoinHostPort(s.WebhookHost, strconv.Itoa(s.WebhookPort)), s.WebhookCA, time.Minute); err != nil {
 			return nil, errors.Join(fmt.Errorf("waiting for Cluster API's webhooks: %w", err), c.Stop())
 		}
 	}
@@ -167,7 +165,7 @@ func setupClusterAPI(ctx context.Context, mgr ctrl.Manager, o ClusterAPIOptions)
 		{"DockerMachine", func() error {
 			return (&capdcontrollers.DockerMachineReconciler{Client: mgr.GetClient(), ContainerRuntime: runtime, ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
 		}},
-		{"core", func() error { return SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, o.TokenTTL) }},
+		{"core", func() error { return testenv.SetupCoreReconcilers(ctx, mgr, cc, secrets, opts, o.TokenTTL) }},
 		{"webhooks", func() error { return setupClusterAPIWebhooks(mgr, cc) }},
 	}
 	for _, s := range setups {
@@ -178,41 +176,9 @@ func setupClusterAPI(ctx context.Context, mgr ctrl.Manager, o ClusterAPIOptions)
 	return nil
 }
 
-// SetupCoreReconcilers adds what every MachinePool test needs of Cluster API's management side:
-// the Cluster, Machine, MachinePool, MachineHealthCheck and KubeadmConfig reconcilers (CABPK with
-// tokenTTL). The stub-node tier (test/scenarios/stubnodes) runs these alone; the management plane
-// adds the rest.
-// secretCachingClient reads Secrets from the manager's cache, as Cluster API's managers do
-// (CreateSecretCachingClient of sigs.k8s.io/cluster-api/controlplane/kubeadm/setup).
-func SetupCoreReconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, secretCachingClient client.Client, opts controller.Options, tokenTTL time.Duration) error {
-	setups := []func() error{
-		func() error {
-			return (&clusterreconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinereconciler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&machinehealthcheck.Reconciler{Client: mgr.GetClient(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		},
-		func() error {
-			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: secretCachingClient, APIReader: mgr.GetAPIReader(), ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)
-		},
-	}
-	for _, setup := range setups {
-		if err := setup(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // setupClusterAPIWebhooks registers the webhooks the providers' managers serve (their main.go's
 // setupWebhooks): admission, and conversion between Cluster API's v1beta1 and v1beta2, against
-// the configurations StartAPIServer installed.
+// the configurations apiserver.StartAPIServer installed.
 func setupClusterAPIWebhooks(mgr ctrl.Manager, cc clustercache.ClusterCache) error {
 	// Converting to v1beta1 writes the apiVersion of each reference, which the webhooks ask for.
 	apiVersion := func(ctx context.Context, gk schema.GroupKind) (string, error) {
@@ -260,10 +226,10 @@ func contractAPIVersion(ctx context.Context, c client.Reader, gk schema.GroupKin
 	if err := c.Get(ctx, client.ObjectKey{Name: contract.CalculateCRDName(gk.Group, gk.Kind)}, crd); err != nil {
 		return "", fmt.Errorf("reading the CRD of %s: %w", gk, err)
 	}
-	versions := strings.Split(crd.GetLabels()[ContractLabel], "_")
+	versions := strings.Split(crd.GetLabels()[apiserver.ContractLabel], "_")
 	slices.SortFunc(versions, version.CompareKubeAwareVersionStrings)
 	if latest := versions[len(versions)-1]; latest != "" {
 		return schema.GroupVersion{Group: gk.Group, Version: latest}.String(), nil
 	}
-	return "", fmt.Errorf("the CRD of %s has no %s label", gk, ContractLabel)
+	return "", fmt.Errorf("the CRD of %s has no %s label", gk, apiserver.ContractLabel)
 }

@@ -1,4 +1,10 @@
-package managementplane
+// Package apiserver starts a management API server for tests and the development plane:
+// kube-apiserver and etcd (envtest's, the binaries hack/envtest-binaries.sh builds) with the CRDs
+// and webhook configurations of Cluster API v1.14.2's core, kubeadm bootstrap and control plane,
+// CAPD and CAPDMP. It runs no controller: the module's own API tests use it alone, and the
+// management plane of `make run` and the test tiers (test/devtools/managementplane) adds Cluster
+// API's, CAPD's and CAPDMP's controllers to it.
+package apiserver
 
 import (
 	"context"
@@ -159,6 +165,16 @@ func StartAPIServer(o APIServerOptions) (*APIServer, error) {
 	return s, nil
 }
 
+// InstallCAPDMPWebhooks installs CAPDMP's webhook configurations, served at hostPort with the API
+// server's webhook certificate by a CAPDMP manager running as a process of its own.
+func (s *APIServer) InstallCAPDMPWebhooks(ctx context.Context, hostPort string) error {
+	hooks, err := capdmpWebhooks()
+	if err != nil {
+		return err
+	}
+	return s.installWebhooks(ctx, hooks, hostPort)
+}
+
 // installWebhooks installs the webhook configurations of a provider served at hostPort with the
 // API server's webhook certificate, for a manager running as a process of its own.
 func (s *APIServer) installWebhooks(ctx context.Context, hooks webhookConfigurations, hostPort string) error {
@@ -223,9 +239,9 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	return nil
 }
 
-// waitServing waits until a TLS server at hostPort answers a handshake with a certificate ca
+// WaitServing waits until a TLS server at hostPort answers a handshake with a certificate ca
 // signed: a webhook server that is up.
-func waitServing(ctx context.Context, hostPort string, ca []byte, timeout time.Duration) error {
+func WaitServing(ctx context.Context, hostPort string, ca []byte, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	roots := x509.NewCertPool()
@@ -247,8 +263,8 @@ func waitServing(ctx context.Context, hostPort string, ca []byte, timeout time.D
 	}
 }
 
-// freePort returns a TCP port of host that nothing listens on now.
-func freePort(ctx context.Context, host string) (int, error) {
+// FreePort returns a TCP port of host that nothing listens on now.
+func FreePort(ctx context.Context, host string) (int, error) {
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err

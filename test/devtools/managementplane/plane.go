@@ -5,7 +5,7 @@
 // process; and the CAPDMP manager as a process of its own, serving its webhooks. Workload clusters
 // are real: CAPD makes the load balancer and control-plane machines, CAPDMP the pools' nodes.
 //
-// `make run` starts it through cmd/management-plane; the real test tier starts the same.
+// `make run` starts it through test/devtools/cmd/management-plane; the real test tier starts the same.
 package managementplane
 
 import (
@@ -19,7 +19,8 @@ import (
 	"time"
 
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/internal/hostsysctl"
+	"github.com/capdmp/capdmp/internal/test/apiserver"
+	"github.com/capdmp/capdmp/test/devtools/hostsysctl"
 )
 
 // Network is the Docker network of every node: CAPD v1.14.2 puts its machines and load
@@ -46,7 +47,7 @@ type Options struct {
 // Plane is a running management plane.
 type Plane struct {
 	o          Options
-	APIServer  *APIServer
+	APIServer  *apiserver.APIServer
 	ClusterAPI *ClusterAPI
 	Manager    *Manager
 	sysctls    *hostsysctl.Snapshot
@@ -78,7 +79,7 @@ func Start(ctx context.Context, o Options) (_ *Plane, err error) {
 	_, statErr := os.Stat(etcdDir)
 	resumed := statErr == nil
 	start := time.Now()
-	if p.APIServer, err = StartAPIServer(APIServerOptions{
+	if p.APIServer, err = apiserver.StartAPIServer(apiserver.APIServerOptions{
 		BinaryAssetsDirectory: o.BinaryAssetsDirectory,
 		EtcdDataDir:           etcdDir,
 		Kubeconfig:            filepath.Join(o.DataDir, "kubeconfig"),

@@ -20,12 +20,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
-	"github.com/capdmp/capdmp/internal/managementplane"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"
+	"github.com/capdmp/capdmp/test/devtools/managementplane"
 )
 
-// TestPlane starts the plane as cmd/management-plane does, checks that every provider's webhooks
+// TestPlane starts the plane as test/devtools/cmd/management-plane does, checks that every provider's webhooks
 // answer for real (Cluster API's in this process, CAPDMP's in the manager process), then stops and
 // starts it again: the state stays, unless Fresh.
 func TestPlane(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/capdmp/capdmp/internal/test/apiserver"
 )
 
 // ManagerOptions configure the CAPDMP manager process.
@@ -47,7 +49,7 @@ type ManagerOptions struct {
 // for), and its webhooks served on a local port with the API server's webhook certificate.
 type Manager struct {
 	o           ManagerOptions
-	server      *APIServer
+	server      *apiserver.APIServer
 	webhookAddr string
 	// healthAddr serves its readiness probe, with NoWebhooks.
 	healthAddr string
@@ -64,7 +66,7 @@ type Manager struct {
 // StartManager installs CAPDMP's webhook configurations against a free local port and starts the
 // manager serving them there; it returns once the webhook server answers. With NoWebhooks it
 // installs none and returns once the manager's readiness probe answers.
-func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager, error) {
+func StartManager(ctx context.Context, s *apiserver.APIServer, o ManagerOptions) (*Manager, error) {
 	if o.Kubeconfig == "" && s.Kubeconfig == "" {
 		return nil, errors.New("the CAPDMP manager needs a place for its kubeconfig: ManagerOptions.Kubeconfig or the API server's")
 	}
@@ -76,31 +78,27 @@ func StartManager(ctx context.Context, s *APIServer, o ManagerOptions) (*Manager
 	if err != nil {
 		return nil, err
 	}
-	if err := WriteKubeconfig(cfg, m.kubeconfig); err != nil {
+	if err := apiserver.WriteKubeconfig(cfg, m.kubeconfig); err != nil {
 		return nil, err
 	}
 	if o.NoWebhooks {
-		port, err := freePort(ctx, "127.0.0.1")
+		port, err := apiserver.FreePort(ctx, "127.0.0.1")
 		if err != nil {
 			return nil, fmt.Errorf("finding a port for the CAPDMP manager's readiness probe: %w", err)
 		}
 		m.healthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	} else {
-		port, err := freePort(ctx, s.WebhookHost)
+		port, err := apiserver.FreePort(ctx, s.WebhookHost)
 		if err != nil {
 			return nil, fmt.Errorf("finding a port for CAPDMP's webhooks: %w", err)
 		}
 		m.webhookAddr = net.JoinHostPort(s.WebhookHost, strconv.Itoa(port))
-		hooks, err := capdmpWebhooks()
-		if err != nil {
-			return nil, err
-		}
-		if err := s.installWebhooks(ctx, hooks, m.webhookAddr); err != nil {
+		if err := s.InstallCAPDMPWebhooks(ctx, m.webhookAddr); err != nil {
 			return nil, err
 		}
 	}
 	if o.Metrics {
-		port, err := freePort(ctx, "127.0.0.1")
+		port, err := apiserver.FreePort(ctx, "127.0.0.1")
 		if err != nil {
 			return nil, fmt.Errorf("finding a port for the CAPDMP manager's metrics: %w", err)
 		}
@@ -170,7 +168,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := waitServing(ctx, m.webhookAddr, m.server.WebhookCA, time.Minute); err != nil {
+	if err := apiserver.WaitServing(ctx, m.webhookAddr, m.server.WebhookCA, time.Minute); err != nil {
 		return fmt.Errorf("waiting for the CAPDMP manager's webhooks (pid %d; its log says why): %w", cmd.Process.Pid, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package managementplane
+package apiserver
 
 import (
 	"context"
