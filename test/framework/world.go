@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/container"
-	"github.com/capdmp/capdmp/test/devtools/managementplane"
 	"github.com/capdmp/capdmp/internal/test/autogroup"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"
+	"github.com/capdmp/capdmp/test/devtools/managementplane"
 )
 
 // Network is the Docker network of every node.
