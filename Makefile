@@ -203,14 +203,16 @@ tilt-ci: ## tilt ci of the standalone Tiltfile on the kind management cluster (m
 	$(KIND_MANAGEMENT_ENV) hack/tilt.sh ci
 
 # The deployed tier: test/e2e on Cluster API's e2e framework, on a kind management cluster of its
-# own made by hack/kind-management.sh and deleted after (E2E_KEEP_CLUSTER=true keeps it).
+# own, which the suite makes (hack/kind-management.sh cluster, then the framework loads the images
+# and runs clusterctl init) and deletes after (E2E_KEEP_CLUSTER=true keeps it).
 # E2E_FOCUS selects specs by name (ginkgo's focus), e.g. E2E_FOCUS=quick-start.
 E2E_VERSIONS := v1.36.3 v1.37.2
 
 .PHONY: test-e2e
 test-e2e: clusterctl-repository ## Deployed tier: Cluster API's quick-start (machinepool and ClusterClass flavors), MachinePool spec, clusterctl move, upgrade both at once in both orders, on a kind management cluster
 	$(MAKE) node-images NODE_IMAGE_VERSIONS="$(E2E_VERSIONS)"
-	E2E_NODE_IMAGE=kindest/node:$(firstword $(E2E_VERSIONS)) CAPDMP_CACHE="$(CAPDMP_CACHE)" IMG="$(IMG)" hack/test-e2e.sh
+	$(MAKE) images
+	KUBERNETES_VERSION_MANAGEMENT=$(firstword $(E2E_VERSIONS)) CAPDMP_CACHE="$(CAPDMP_CACHE)" IMG="$(IMG)" hack/test-e2e.sh
 
 ##@ Run
 # The node images `make run` makes sure of (bin/kubectl is of the newest: hack/kubectl.sh), and the

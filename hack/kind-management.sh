@@ -5,9 +5,16 @@
 # --bootstrap kubeadm --control-plane kubeadm --infrastructure docker,capdmp` from the local
 # repository of `make clusterctl-repository`. Nothing is pulled.
 #
-# Usage: kind-management.sh create|delete|kubeconfig
+# Usage: kind-management.sh create|cluster|delete|kubeconfig|kubectl
 #   create      makes whatever is missing, step by step, and waits until every provider is Available;
 #               run again, it checks and changes nothing that is there
+#   cluster     the kind cluster alone (host settings, kind config, kind create), as the deployed
+#               tier (test/e2e) asks for it: the suite loads the images and runs clusterctl init
+#               with Cluster API's e2e framework. Kind's cluster itself is made here, not by the
+#               framework's kind provider: that one mounts /var/run/docker.sock only (the engine
+#               hack/docker-engine.sh starts listens elsewhere), always lets kind apply its default
+#               CNI (the node images built here have none: their own service serves the pod
+#               network) and cannot patch the controller-manager (the host-path provisioner).
 #   delete      deletes the kind cluster, the workload clusters' containers CAPD and CAPDMP made
 #               from it, and puts back the host settings create changed
 #   kubeconfig  prints the kubeconfig's path
@@ -275,15 +282,8 @@ wait_available() {
 	kubectl get providers.clusterctl.cluster.x-k8s.io -A
 }
 
-create() {
-	mkdir -p "${DIR}" "${LOGS}"
-	engine
-	local t0=${SECONDS}
-	log "tools: kind, clusterctl, kubectl ..."
-	tools > "${LOGS}/tools.log" 2>&1 || { tail -n 25 "${LOGS}/tools.log" >&2; die "tools failed (${LOGS}/tools.log)"; }
-	log "tools: done in $((SECONDS - t0)) s"
-	images
-	repository
+# kind_cluster makes the kind cluster, or takes the one of NAME that exists.
+kind_cluster() {
 	sysctls_record
 	if cluster_exists; then
 		local running
@@ -295,6 +295,32 @@ create() {
 	else
 		step kind-create create_cluster
 	fi
+}
+
+prepare() {
+	mkdir -p "${DIR}" "${LOGS}"
+	engine
+	local t0=${SECONDS}
+	log "tools: kind, clusterctl, kubectl ..."
+	tools > "${LOGS}/tools.log" 2>&1 || { tail -n 25 "${LOGS}/tools.log" >&2; die "tools failed (${LOGS}/tools.log)"; }
+	log "tools: done in $((SECONDS - t0)) s"
+}
+
+# cluster: the kind cluster alone, for the deployed tier's suite (see the usage above).
+cluster() {
+	prepare
+	docker image inspect "${NODE_IMAGE}" > /dev/null 2>&1 ||
+		die "node image ${NODE_IMAGE} is not in Docker: make node-images NODE_IMAGE_VERSIONS=$(node_version)"
+	kind_cluster
+	log "kind cluster ${NAME} ready in $((SECONDS - start_all)) s"
+	echo "${KUBECONFIG_FILE}"
+}
+
+create() {
+	prepare
+	images
+	repository
+	kind_cluster
 	step load-images load_images
 	if providers_installed; then
 		log "clusterctl init: the providers are installed"
@@ -351,8 +377,9 @@ delete() {
 
 case "${1:-}" in
 create) create ;;
+cluster) cluster ;;
 delete) delete ;;
 kubeconfig) echo "${KUBECONFIG_FILE}" ;;
 kubectl) cat "${DIR}/kubectl" 2> /dev/null || die "no ${DIR}/kubectl: run create first" ;;
-*) die "usage: $0 create|delete|kubeconfig|kubectl" ;;
+*) die "usage: $0 create|cluster|delete|kubeconfig|kubectl" ;;
 esac

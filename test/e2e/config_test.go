@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -38,8 +40,33 @@ func TestConfig(t *testing.T) {
 			g.Expect(filepath.Dir(path)).To(Equal(filepath.Join(repository, label, v.Name)), "provider %s %s", p.Name, v.Name)
 		}
 	}
-	for _, name := range []string{KubernetesVersionManagement, KubernetesVersion, KubernetesVersionUpgradeFrom, KubernetesVersionUpgradeTo, IPFamily, CNIPath} {
+	for _, name := range []string{KubernetesVersionManagement, KubernetesVersion, KubernetesVersionUpgradeFrom, KubernetesVersionUpgradeTo, CertManagerComponents, CNIPath} {
 		g.Expect(config.Variables).To(HaveKey(name))
 	}
 	g.Expect(config.Intervals).To(HaveKey("default/wait-version-gate"))
+
+	// The images the suite loads into its kind clusters are those make images builds, each a must:
+	// a missing one would only show as a controller that never pulls its image.
+	list := exec.Command(filepath.Join("..", "..", "hack", "images", "build.sh"), "--list")
+	list.Env = append(os.Environ(), "CAPDMP_IMG=capdmp-controller:dev")
+	out, err := list.Output()
+	g.Expect(err).ToNot(HaveOccurred(), "hack/images/build.sh --list")
+	var built []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		_, image, ok := strings.Cut(line, "\t")
+		g.Expect(ok).To(BeTrue(), "a line of build.sh --list: %q", line)
+		built = append(built, image)
+	}
+	var loaded []string
+	for _, image := range config.Images {
+		g.Expect(image.LoadBehavior).To(Equal(clusterctl.MustLoadImage), "image %s", image.Name)
+		loaded = append(loaded, image.Name)
+	}
+	g.Expect(loaded).To(ConsistOf(built))
+
+	// cert-manager's manifest is in the local repository, at the version hack/images builds.
+	certManager, err := filepath.Abs(filepath.Join("config", config.Variables[CertManagerComponents]))
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(filepath.Dir(filepath.Dir(certManager))).To(Equal(filepath.Join(repository, "cert-manager")))
+	g.Expect(built).To(ContainElement(HaveSuffix(":" + filepath.Base(filepath.Dir(certManager)))), "the cert-manager images' tag")
 }

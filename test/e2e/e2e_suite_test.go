@@ -22,7 +22,7 @@ import (
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	kindv1 "sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 )
@@ -31,7 +31,6 @@ import (
 var (
 	configPath         string
 	artifactFolder     string
-	clusterctlConfig   string
 	useExistingCluster bool
 	skipCleanup        bool
 )
@@ -43,17 +42,17 @@ var (
 	// watchesCtx stops the log and event streams when the suite ends.
 	watchesCtx, cancelWatches = context.WithCancel(ctx)
 
-	e2eConfig                *clusterctl.E2EConfig
-	clusterctlConfigPath     string
-	bootstrapClusterProvider bootstrap.ClusterProvider
-	bootstrapClusterProxy    framework.ClusterProxy
+	e2eConfig             *clusterctl.E2EConfig
+	clusterctlConfigPath  string
+	bootstrapClusterProxy framework.ClusterProxy
+	// deleteBootstrapCluster deletes the management cluster the suite made; nil when it made none.
+	deleteBootstrapCluster func()
 )
 
 func init() {
 	flag.StringVar(&configPath, "e2e.config", "config/capdmp.yaml", "path to the e2e config file")
 	flag.StringVar(&artifactFolder, "e2e.artifacts-folder", "../../_artifacts/e2e", "folder where e2e test artifacts are stored")
-	flag.StringVar(&clusterctlConfig, "e2e.clusterctl-config", "", "clusterctl config of an existing local repository (make clusterctl-repository's); empty writes one from the e2e config's providers")
-	flag.BoolVar(&useExistingCluster, "e2e.use-existing-cluster", false, "use the current kubeconfig's cluster instead of creating a kind cluster")
+	flag.BoolVar(&useExistingCluster, "e2e.use-existing-cluster", false, "use the current kubeconfig's cluster, its images loaded, instead of creating a kind cluster")
 	flag.BoolVar(&skipCleanup, "e2e.skip-resource-cleanup", false, "keep the clusters and resources the tests created")
 }
 
@@ -75,18 +74,15 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	By("Loading the e2e configuration from " + configPath)
 	e2eConfig = loadE2EConfig(configPath)
 
-	clusterctlConfigPath = clusterctlConfigOf(e2eConfig)
+	clusterctlConfigPath = createRepository(e2eConfig)
 
-	By("Setting up the management cluster")
-	bootstrapClusterProvider, bootstrapClusterProxy = setupBootstrapCluster(e2eConfig, initScheme())
-
-	By("Installing Cluster API, CAPD and CAPDMP with clusterctl init")
-	clusterctl.InitManagementClusterAndWatchControllerLogs(watchesCtx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
-		ClusterProxy:            bootstrapClusterProxy,
-		ClusterctlConfigPath:    clusterctlConfigPath,
-		InfrastructureProviders: e2eConfig.InfrastructureProviders(),
-		LogFolder:               filepath.Join(artifactFolder, "clusters", bootstrapClusterProxy.GetName()),
-	}, e2eConfig.GetIntervals(bootstrapClusterProxy.GetName(), "wait-controllers")...)
+	if useExistingCluster {
+		By("Using the current kubeconfig's cluster")
+		bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", "", initScheme())
+		initManagementCluster(bootstrapClusterProxy)
+	} else {
+		bootstrapClusterProxy, deleteBootstrapCluster = createManagementCluster(ctx, e2eConfig.ManagementClusterName)
+	}
 
 	return []byte(strings.Join([]string{artifactFolder, configPath, clusterctlConfigPath, bootstrapClusterProxy.GetKubeconfigPath()}, ","))
 }, func(data []byte) {
@@ -102,13 +98,12 @@ var _ = SynchronizedAfterSuite(func() {}, func() {
 		return
 	}
 	cancelWatches()
-	if bootstrapClusterProxy != nil {
-		bootstrapClusterProxy.Dispose(ctx)
-	}
 	// A cluster the suite did not make (-e2e.use-existing-cluster) is left to its maker.
-	if bootstrapClusterProvider != nil {
+	if deleteBootstrapCluster != nil {
 		By("Tearing down the management cluster")
-		bootstrapClusterProvider.Dispose(ctx)
+		deleteBootstrapCluster()
+	} else if bootstrapClusterProxy != nil {
+		bootstrapClusterProxy.Dispose(ctx)
 	}
 })
 
@@ -118,25 +113,34 @@ func loadE2EConfig(path string) *clusterctl.E2EConfig {
 	return config
 }
 
-// clusterctlConfigOf is the clusterctl config the specs use: -e2e.clusterctl-config's, with the e2e
-// config's variables added (in a copy in the artifacts folder), or a local repository written from
-// the e2e config's providers, as Cluster API's suite does.
-func clusterctlConfigOf(config *clusterctl.E2EConfig) string {
-	if clusterctlConfig == "" {
-		By("Creating a clusterctl local repository in " + artifactFolder)
-		return clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
-			E2EConfig:        config,
-			RepositoryFolder: filepath.Join(artifactFolder, "repository"),
-		})
+// createRepository writes the local clusterctl repository the specs use, with Cluster API's e2e
+// framework, from the e2e config's providers: the components make clusterctl-repository renders
+// from the providers' modules with the images make images builds (a kustomize build of a module's
+// config/ in the module cache and an image of a tag of this machine, which the e2e config cannot
+// name), and the e2e config's variables. The framework's clusterctl config has no cert-manager
+// entry, so clusterctl init would fetch cert-manager from GitHub: it names the local one
+// (CERT_MANAGER_COMPONENTS).
+func createRepository(config *clusterctl.E2EConfig) string {
+	By("Creating a clusterctl local repository in " + artifactFolder)
+	path := clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
+		E2EConfig:        config,
+		RepositoryFolder: filepath.Join(artifactFolder, "repository"),
+	})
+	certManager := config.MustGetVariable(CertManagerComponents)
+	if !filepath.IsAbs(certManager) {
+		certManager = filepath.Join(filepath.Dir(configPath), certManager)
 	}
-	By("Using the clusterctl config " + clusterctlConfig + " with the e2e config's variables")
-	path := filepath.Join(artifactFolder, "repository", "clusterctl-config.yaml")
-	Expect(os.MkdirAll(filepath.Dir(path), 0o750)).To(Succeed())
-	Expect(clusterctl.CopyAndAmendClusterctlConfig(ctx, clusterctl.CopyAndAmendClusterctlConfigInput{
-		ClusterctlConfigPath: clusterctlConfig,
-		OutputPath:           path,
-		Variables:            config.Variables,
-	})).To(Succeed())
+	certManager, err := filepath.Abs(certManager)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(certManager).To(BeAnExistingFile(), "cert-manager's components (make clusterctl-repository)")
+	raw, err := os.ReadFile(path) //nolint:gosec // the file CreateRepository just wrote
+	Expect(err).NotTo(HaveOccurred())
+	values := map[string]any{}
+	Expect(yaml.Unmarshal(raw, &values)).To(Succeed())
+	values["cert-manager"] = map[string]any{"url": "file://" + certManager}
+	raw, err = yaml.Marshal(values)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.WriteFile(path, raw, 0o600)).To(Succeed())
 	return path
 }
 
@@ -150,36 +154,11 @@ func initScheme() *runtime.Scheme {
 	return scheme
 }
 
-// setupBootstrapCluster creates the kind management cluster, with the host's Docker socket
-// mounted (CAPD and CAPDMP create containers on the host's engine) and the e2e images loaded.
-func setupBootstrapCluster(config *clusterctl.E2EConfig, scheme *runtime.Scheme) (bootstrap.ClusterProvider, framework.ClusterProxy) {
-	var provider bootstrap.ClusterProvider
-	kubeconfigPath := ""
-	if !useExistingCluster {
-		ipFamily := config.GetVariableOrEmpty(IPFamily)
-		if ipFamily == "" {
-			ipFamily = string(kindv1.IPv4Family)
-		}
-		provider = bootstrap.CreateKindBootstrapClusterAndLoadImages(ctx, bootstrap.CreateKindBootstrapClusterAndLoadImagesInput{
-			Name:               config.ManagementClusterName,
-			KubernetesVersion:  config.MustGetVariable(KubernetesVersionManagement),
-			RequiresDockerSock: true,
-			Images:             config.Images,
-			IPFamily:           ipFamily,
-			LogFolder:          filepath.Join(artifactFolder, "kind"),
-		})
-		Expect(provider).ToNot(BeNil(), "failed to create the kind cluster")
-		kubeconfigPath = provider.GetKubeconfigPath()
-		Expect(kubeconfigPath).To(BeAnExistingFile())
-	}
-	proxy := framework.NewClusterProxy("bootstrap", kubeconfigPath, scheme)
-	Expect(proxy).ToNot(BeNil())
-	return provider, proxy
-}
-
-// createManagementCluster makes another kind management cluster the way the suite's own was made
-// (hack/kind-management.sh: the node image of KUBERNETES_VERSION_MANAGEMENT, the images loaded,
-// clusterctl init from the local repository), and returns it with the function that deletes it.
+// createManagementCluster makes a kind management cluster, named name, and returns it with the
+// function that deletes it: the suite's own, and the move spec's target. The kind cluster comes
+// from hack/kind-management.sh, as make kind-management's does (the framework's kind provider
+// cannot make it here: see the script's usage); Cluster API's e2e framework loads the e2e config's
+// images into it and runs clusterctl init from the suite's repository.
 func createManagementCluster(ctx context.Context, name string) (framework.ClusterProxy, func()) {
 	script := filepath.Join("..", "..", "hack", "kind-management.sh")
 	env := append(os.Environ(),
@@ -187,12 +166,6 @@ func createManagementCluster(ctx context.Context, name string) (framework.Cluste
 		"KIND_MANAGEMENT_NODE_IMAGE=kindest/node:"+e2eConfig.MustGetVariable(KubernetesVersionManagement),
 		"KIND_MANAGEMENT_DIR="+filepath.Join(artifactFolder, "kind", name),
 	)
-	if clusterctlConfig != "" {
-		env = append(env, "CLUSTERCTL_REPOSITORY="+filepath.Dir(clusterctlConfig))
-	}
-	for _, v := range []string{"EXP_MACHINE_POOL", "CLUSTER_TOPOLOGY"} {
-		env = append(env, v+"="+e2eConfig.GetVariableOrEmpty(v))
-	}
 	run := func(action string) string {
 		cmd := exec.CommandContext(ctx, script, action)
 		cmd.Env, cmd.Stderr = env, GinkgoWriter
@@ -200,12 +173,33 @@ func createManagementCluster(ctx context.Context, name string) (framework.Cluste
 		Expect(err).NotTo(HaveOccurred(), "%s %s of management cluster %s", script, action, name)
 		return strings.TrimSpace(string(out))
 	}
-	kubeconfig := run("create")
-	proxy := framework.NewClusterProxy(name, kubeconfig, initScheme())
-	return proxy, func() {
-		proxy.Dispose(ctx)
+	By("Creating the kind cluster " + name)
+	kubeconfig := run("cluster")
+	remove := func() {
 		if !skipCleanup {
 			run("delete")
 		}
 	}
+	By("Loading the e2e config's images into " + name)
+	Expect(bootstrap.LoadImagesToKindCluster(ctx, bootstrap.LoadImagesToKindClusterInput{
+		Name: name, Images: e2eConfig.Images,
+	})).To(Succeed(), "loading the images into kind cluster %s", name)
+	proxy := framework.NewClusterProxy(name, kubeconfig, initScheme())
+	initManagementCluster(proxy)
+	return proxy, func() {
+		proxy.Dispose(ctx)
+		remove()
+	}
+}
+
+// initManagementCluster installs Cluster API, kubeadm, CAPD and CAPDMP with clusterctl init, and
+// streams the controllers' logs into the artifacts.
+func initManagementCluster(proxy framework.ClusterProxy) {
+	By("Installing Cluster API, CAPD and CAPDMP with clusterctl init on " + proxy.GetName())
+	clusterctl.InitManagementClusterAndWatchControllerLogs(watchesCtx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
+		ClusterProxy:            proxy,
+		ClusterctlConfigPath:    clusterctlConfigPath,
+		InfrastructureProviders: e2eConfig.InfrastructureProviders(),
+		LogFolder:               filepath.Join(artifactFolder, "clusters", proxy.GetName()),
+	}, e2eConfig.GetIntervals(proxy.GetName(), "wait-controllers")...)
 }

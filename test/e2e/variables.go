@@ -14,8 +14,9 @@ const (
 	// KubernetesVersionUpgradeToNext is the version after KubernetesVersionUpgradeTo, for the
 	// table's chain of two upgrades.
 	KubernetesVersionUpgradeToNext = "KUBERNETES_VERSION_UPGRADE_TO_NEXT"
-	// IPFamily is kind's IP family of the management cluster (IPv4, IPv6 or dual).
-	IPFamily = "IP_FAMILY"
+	// CertManagerComponents is cert-manager's manifest in the local repository make
+	// clusterctl-repository writes, which clusterctl init installs; relative to the e2e config.
+	CertManagerComponents = "CERT_MANAGER_COMPONENTS"
 	// CNIPath is the CNI manifest applied to each workload cluster of the scenarios; empty applies
 	// none (the node images built here bring their own pod network).
 	CNIPath = "CNI"
