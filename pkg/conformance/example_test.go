@@ -119,7 +119,7 @@ func Example() {
 		if management == nil {
 			continue
 		}
-		newCluster := func(from string, shape conformance.Shape) (launchTemplateCluster, error) {
+		newCluster := func(from string, _ conformance.Shape) (launchTemplateCluster, error) {
 			// The provider's e2e code applies its cluster template in shape at from here.
 			return launchTemplateCluster{management: management, pool: client.ObjectKey{Namespace: "e2e", Name: "workers"},
 				cloud: &cloud{imageVersion: map[string]string{}, template: from}}, nil

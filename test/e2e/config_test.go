@@ -68,5 +68,5 @@ func TestConfig(t *testing.T) {
 	certManager, err := filepath.Abs(filepath.Join("config", config.Variables[CertManagerComponents]))
 	g.Expect(err).ToNot(HaveOccurred())
 	g.Expect(filepath.Dir(filepath.Dir(certManager))).To(Equal(filepath.Join(repository, "cert-manager")))
-	g.Expect(built).To(ContainElement(HaveSuffix(":" + filepath.Base(filepath.Dir(certManager)))), "the cert-manager images' tag")
+	g.Expect(built).To(ContainElement(HaveSuffix(":"+filepath.Base(filepath.Dir(certManager)))), "the cert-manager images' tag")
 }

@@ -133,7 +133,7 @@ func createRepository(config *clusterctl.E2EConfig) string {
 	certManager, err := filepath.Abs(certManager)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(certManager).To(BeAnExistingFile(), "cert-manager's components (make clusterctl-repository)")
-	raw, err := os.ReadFile(path) //nolint:gosec // the file CreateRepository just wrote
+	raw, err := os.ReadFile(path)
 	Expect(err).NotTo(HaveOccurred())
 	values := map[string]any{}
 	Expect(yaml.Unmarshal(raw, &values)).To(Succeed())

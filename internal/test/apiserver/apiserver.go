@@ -89,8 +89,8 @@ type APIServer struct {
 	WebhookCA      []byte
 }
 
-// APIServerOptions configure StartAPIServer.
-type APIServerOptions struct {
+// Options configure StartAPIServer.
+type Options struct {
 	// BinaryAssetsDirectory holds kube-apiserver and etcd (hack/envtest-binaries.sh builds them).
 	BinaryAssetsDirectory string
 	// EtcdDataDir keeps etcd's data across starts; empty is a temporary folder removed on Stop.
@@ -103,7 +103,7 @@ type APIServerOptions struct {
 
 // StartAPIServer starts etcd and kube-apiserver and installs the CRDs (and the webhook
 // configurations): created, or updated when EtcdDataDir kept them from an earlier start.
-func StartAPIServer(o APIServerOptions) (*APIServer, error) {
+func StartAPIServer(o Options) (*APIServer, error) {
 	if err := requireBinaries(o.BinaryAssetsDirectory); err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kubeconfig.AuthInfos["capdmp-management"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	kubeconfig.Contexts["capdmp-management"] = &clientcmdapi.Context{Cluster: "capdmp-management", AuthInfo: "capdmp-management", Namespace: "default"}
 	kubeconfig.CurrentContext = "capdmp-management"
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil { //nolint:gosec // like ~/.kube; the file itself is 0600
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating the kubeconfig's folder: %w", err)
 	}
 	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
@@ -290,7 +290,7 @@ func (s *APIServer) Process() (*os.Process, error) {
 	}
 	var pids []int
 	for _, path := range cmdlines {
-		raw, err := os.ReadFile(path) //nolint:gosec // a /proc/<pid>/cmdline of the glob above
+		raw, err := os.ReadFile(path)
 		if err != nil {
 			continue // gone since the glob
 		}

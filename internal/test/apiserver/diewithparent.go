@@ -46,7 +46,7 @@ func DieWithParent(env *crenvtest.Environment) error {
 		if err := tmp.Close(); err != nil {
 			return "", err
 		}
-		if err := os.Chmod(tmp.Name(), 0o700); err != nil { //nolint:gosec // a script: its owner runs it
+		if err := os.Chmod(tmp.Name(), 0o700); err != nil {
 			return "", err
 		}
 		return path, os.Rename(tmp.Name(), path)

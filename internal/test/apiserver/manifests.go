@@ -128,7 +128,7 @@ func clusterAPIWebhooks() (webhookConfigurations, error) {
 			return all, err
 		}
 		path := filepath.Join(root, p.dir, "webhook", "manifests.yaml")
-		raw, err := os.ReadFile(path) //nolint:gosec // a file of the module cache
+		raw, err := os.ReadFile(path)
 		if err != nil {
 			return all, fmt.Errorf("reading the webhook configuration of %s: %w", p.dir, err)
 		}

@@ -118,7 +118,7 @@ func StartManagement(ctx context.Context) (*Management, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := apiserver.StartAPIServer(apiserver.APIServerOptions{BinaryAssetsDirectory: assets})
+	s, err := apiserver.StartAPIServer(apiserver.Options{BinaryAssetsDirectory: assets})
 	if err != nil {
 		return nil, err
 	}

@@ -147,7 +147,7 @@ func (s *Snapshot) Restore() error {
 }
 
 func (h Host) read(name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(h.root(), name)) //nolint:gosec // a sysctl of a fixed list, under /proc/sys
+	b, err := os.ReadFile(filepath.Join(h.root(), name))
 	if err != nil {
 		return "", fmt.Errorf("reading sysctl %s: %w", dotted(name), err)
 	}
@@ -155,7 +155,7 @@ func (h Host) read(name string) (string, error) {
 }
 
 func (h Host) write(name, value string) error {
-	return os.WriteFile(filepath.Join(h.root(), name), []byte(value+"\n"), 0o644) //nolint:gosec // /proc/sys files exist; the mode is not used
+	return os.WriteFile(filepath.Join(h.root(), name), []byte(value+"\n"), 0o644)
 }
 
 func (h Host) readState() (*state, error) {

@@ -140,7 +140,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	args = append(args, m.o.Args...)
 	// Not bound to ctx: the manager lives until Stop, not until the call that started it.
-	cmd := exec.Command(m.o.Binary, args...) //nolint:gosec,noctx // the manager binary the caller built
+	cmd := exec.Command(m.o.Binary, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig)
 	cmd.Stdout, cmd.Stderr = m.o.Log, m.o.Log
 	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it. And

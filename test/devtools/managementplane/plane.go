@@ -79,7 +79,7 @@ func Start(ctx context.Context, o Options) (_ *Plane, err error) {
 	_, statErr := os.Stat(etcdDir)
 	resumed := statErr == nil
 	start := time.Now()
-	if p.APIServer, err = apiserver.StartAPIServer(apiserver.APIServerOptions{
+	if p.APIServer, err = apiserver.StartAPIServer(apiserver.Options{
 		BinaryAssetsDirectory: o.BinaryAssetsDirectory,
 		EtcdDataDir:           etcdDir,
 		Kubeconfig:            filepath.Join(o.DataDir, "kubeconfig"),

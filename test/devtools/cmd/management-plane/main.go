@@ -77,15 +77,15 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	logDir := filepath.Join(dataDir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil { //nolint:gosec // logs, no secrets
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	controllersLog, err := os.OpenFile(filepath.Join(logDir, "cluster-api.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644) //nolint:gosec // logs, no secrets
+	controllersLog, err := os.OpenFile(filepath.Join(logDir, "cluster-api.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer controllersLog.Close()
-	managerLog, err := os.OpenFile(filepath.Join(logDir, "capdmp-manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644) //nolint:gosec // logs, no secrets
+	managerLog, err := os.OpenFile(filepath.Join(logDir, "capdmp-manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
