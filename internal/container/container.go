@@ -79,6 +79,22 @@ type Runtime interface {
 	// EnsureNetwork makes sure a bridge network exists, created kind-style but without IP
 	// masquerade. Docker's predefined networks ("host", "bridge", "none") are left alone.
 	EnsureNetwork(ctx context.Context, name string) error
+
+	// Host returns what the engine reports of the machine its containers run on.
+	Host(ctx context.Context) (Host, error)
+}
+
+// Host is what an engine reports of the machine its containers run on (`docker info`). A node
+// container has no resource limits, and its kubelet reads the same machine from /proc and /sys.
+type Host struct {
+	// CPUs is the number of CPUs the engine can use (NCPU).
+	CPUs int
+	// MemoryBytes is the machine's total memory (MemTotal, /proc/meminfo's MemTotal in bytes).
+	MemoryBytes int64
+	// Architecture is the machine's as the engine names it, uname's: x86_64, aarch64.
+	Architecture string
+	// OSType is the operating system of the engine's containers: linux.
+	OSType string
 }
 
 // Container is what CAPDMP needs to know about a container.

@@ -420,6 +420,17 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 	return changes, errs
 }
 
+// Host reads the engine's system information, in one Info call.
+func (d *Docker) Host(ctx context.Context) (Host, error) {
+	callCtx, cancel := d.call(ctx, "Info")
+	defer cancel()
+	res, err := d.client.Info(callCtx, client.InfoOptions{})
+	if err != nil {
+		return Host{}, fmt.Errorf("failed to read the engine's system information: %w", d.unavailable(ctx, err))
+	}
+	return Host{CPUs: res.Info.NCPU, MemoryBytes: res.Info.MemTotal, Architecture: res.Info.Architecture, OSType: res.Info.OSType}, nil
+}
+
 // ImageExists tells whether the image is present on the engine.
 func (d *Docker) ImageExists(ctx context.Context, image string) (bool, error) {
 	callCtx, cancel := d.call(ctx, "ImageInspect")

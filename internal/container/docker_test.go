@@ -214,6 +214,10 @@ func (e *engineStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/_ping":
 		w.Header().Set("Api-Version", "1.41")
 		_, _ = w.Write([]byte("OK"))
+	case r.Method == http.MethodGet && path == "/info":
+		// The fields of Docker 20.10's answer that Host reads, among others it ignores.
+		_ = json.NewEncoder(w).Encode(map[string]any{"NCPU": 2, "MemTotal": int64(25276203008), "Architecture": "x86_64",
+			"OSType": "linux", "DockerRootDir": "/var/lib/docker", "ServerVersion": "20.10.24+dfsg1"})
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/images/") && strings.HasSuffix(path, "/json"):
 		name := strings.TrimSuffix(strings.TrimPrefix(path, "/images/"), "/json")
 		if !e.images[name] {
@@ -302,6 +306,17 @@ func TestDockerAgainstEngineStub(t *testing.T) {
 		g.Expect(err.Error()).To(ContainSubstring("never pulled"))
 		g.Expect(e.Requests()).To(Equal([]string{"HEAD /_ping", "GET /images/capdmp.local/missing:v1.36.3/json"}))
 		g.Expect(d.Calls()).To(Equal(CallCounts{"Ping": 1, "ImageInspect": 1}))
+	})
+
+	t.Run("Host reads the engine's machine in one Info call", func(t *testing.T) {
+		g := NewWithT(t)
+		e := &engineStub{}
+		d := newStubDocker(t, e)
+		h, err := d.Host(ctx)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(h).To(Equal(Host{CPUs: 2, MemoryBytes: 25276203008, Architecture: "x86_64", OSType: "linux"}))
+		g.Expect(e.Requests()).To(Equal([]string{"HEAD /_ping", "GET /info"}), "the client negotiates the API version first")
+		g.Expect(d.Calls()).To(Equal(CallCounts{"Info": 1}))
 	})
 
 	t.Run("Delete of a missing container is success", func(t *testing.T) {
@@ -427,6 +442,7 @@ func TestDockerEngineUnavailable(t *testing.T) {
 			return err
 		}},
 		{"EnsureNetwork", func(ctx context.Context, d *Docker) error { return d.EnsureNetwork(ctx, "kind") }},
+		{"Host", func(ctx context.Context, d *Docker) error { _, err := d.Host(ctx); return err }},
 	}
 	engines := []struct {
 		name string

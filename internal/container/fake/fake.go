@@ -50,7 +50,13 @@ type Runtime struct {
 	ExecHandler ExecFunc
 	// Now is the clock used for CreatedAt.
 	Now func() time.Time
+
+	// host is what Host reports: DefaultHost unless SetHost changed it.
+	host container.Host
 }
+
+// DefaultHost is the machine a fake runtime reports: a 4-CPU, 8 GiB x86_64 Linux host.
+var DefaultHost = container.Host{CPUs: 4, MemoryBytes: 8 << 30, Architecture: "x86_64", OSType: "linux"}
 
 type entry struct {
 	c    container.Container
@@ -74,6 +80,7 @@ func New(images ...string) *Runtime {
 		containers: map[string]*entry{},
 		errs:       map[string]error{},
 		Now:        time.Now,
+		host:       DefaultHost,
 	}
 	for _, i := range images {
 		r.ensureImage(i)
@@ -423,6 +430,23 @@ func (r *Runtime) EnsureNetwork(_ context.Context, name string) error {
 	defer r.mu.Unlock()
 	r.networks[name] = true
 	return nil
+}
+
+// SetHost changes what Host reports.
+func (r *Runtime) SetHost(h container.Host) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.host = h
+}
+
+// Host reports the machine SetHost set, DefaultHost by default.
+func (r *Runtime) Host(context.Context) (container.Host, error) {
+	if err := r.begin("Host"); err != nil {
+		return container.Host{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.host, nil
 }
 
 // begin counts a call and returns the injected error for it, if any.

@@ -145,6 +145,24 @@ func TestRuntime(t *testing.T) {
 		g.Expect(r.Calls().Total()).To(BeZero())
 	})
 
+	t.Run("Host reports the default machine until a test sets another", func(t *testing.T) {
+		g := NewWithT(t)
+		r := New()
+		h, err := r.Host(ctx)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(h).To(Equal(DefaultHost))
+		arm := container.Host{CPUs: 8, MemoryBytes: 16 << 30, Architecture: "aarch64", OSType: "linux"}
+		r.SetHost(arm)
+		h, err = r.Host(ctx)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(h).To(Equal(arm))
+		boom := errors.New("engine down")
+		r.SetError("Host", boom)
+		_, err = r.Host(ctx)
+		g.Expect(err).To(MatchError(boom))
+		g.Expect(r.Calls()).To(Equal(container.CallCounts{"Host": 3}))
+	})
+
 	t.Run("Add and Spec expose state to tests", func(t *testing.T) {
 		g := NewWithT(t)
 		r := New(image)
