@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -196,10 +197,54 @@ type DockerMachinePoolStatus struct {
 	// +optional
 	BootstrapData DockerMachinePoolBootstrapDataStatus `json:"bootstrapData,omitempty,omitzero"`
 
+	// capacity is the capacity the Node of each of the pool's containers reports, for an autoscaler
+	// that scales the pool from zero: cluster-autoscaler reads it through the MachinePool's
+	// spec.template.spec.infrastructureRef, and capacity annotations on the MachinePool override
+	// it. cpu and memory are the Docker engine's machine's (docker info): a node container has no
+	// resource limits, and its kubelet reports the machine it reads in /proc and /sys. pods is the
+	// kubelet's max-pods as the bootstrap data sets it, else the kubelet's default, 110.
+	// ephemeral-storage is not reported: the engine does not say how large the filesystem holding
+	// its containers' volumes is (docs/contract.md).
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// nodeInfo is the architecture and the operating system the Nodes of the pool's containers
+	// report, for the same autoscaler: the Docker engine's machine's.
+	// +optional
+	NodeInfo DockerMachinePoolNodeInfo `json:"nodeInfo,omitempty,omitzero"`
+
 	// observedGeneration is the generation this status reflects.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// Architecture is a CPU architecture as Kubernetes names it (a Node's status.nodeInfo.architecture,
+// its kubernetes.io/arch label), among those Cluster API's autoscaling-from-zero proposal lists.
+// +kubebuilder:validation:Enum=amd64;arm64;s390x;ppc64le
+type Architecture string
+
+// The architectures a pool reports.
+const (
+	ArchitectureAmd64   Architecture = "amd64"
+	ArchitectureArm64   Architecture = "arm64"
+	ArchitectureS390x   Architecture = "s390x"
+	ArchitecturePpc64le Architecture = "ppc64le"
+)
+
+// DockerMachinePoolNodeInfo is what the Nodes of a pool's containers report of their system.
+// +kubebuilder:validation:MinProperties=1
+type DockerMachinePoolNodeInfo struct {
+	// architecture is the CPU architecture of the Nodes; unset when the engine's machine has
+	// another than amd64, arm64, s390x or ppc64le.
+	// +optional
+	Architecture Architecture `json:"architecture,omitempty"`
+
+	// operatingSystem is the operating system of the Nodes: linux.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	OperatingSystem string `json:"operatingSystem,omitempty"`
 }
 
 // DockerMachinePoolInitializationStatus reports the pool's provisioning.
