@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,13 @@ type joinConfiguration struct {
 		} `json:"bootstrapToken"`
 		TLSBootstrapToken string `json:"tlsBootstrapToken"`
 	} `json:"discovery"`
+	NodeRegistration struct {
+		// KubeletExtraArgs is a map in v1beta3, a list of name and value in v1beta4.
+		KubeletExtraArgs json.RawMessage `json:"kubeletExtraArgs"`
+	} `json:"nodeRegistration"`
+	Patches *struct {
+		Directory string `json:"directory"`
+	} `json:"patches"`
 }
 
 // JoinConfigurationAPIVersion returns the apiVersion of the kubeadm JoinConfiguration in the data,
