@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	pkgerrors "github.com/pkg/errors"
@@ -90,6 +91,11 @@ type DockerMachinePoolReconciler struct {
 	// imageVersions verifies the Kubernetes version of each node image from its content, once
 	// per image ID, before any container of it starts.
 	imageVersions nodeimage.Versions
+
+	// host is the engine's machine as read at hostRead, for the pools' capacity (engineHost).
+	hostMu   sync.Mutex
+	host     container.Host
+	hostRead time.Time
 
 	recorder      record.EventRecorder
 	controlPlanes external.ObjectTracker
@@ -222,6 +228,7 @@ func (r *DockerMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		wrapPhase(r.reconcileBootstrapData, "failed to reconcile bootstrap data"),
 		wrapPhase(r.reconcileRemediation, "failed to remediate unhealthy Machines"),
 		wrapPhase(r.reconcileScaleUp, "failed to scale up"),
+		wrapPhase(r.reconcileCapacity, "failed to record the capacity of the pool's Nodes"),
 		wrapPhase(r.reconcileSync, "failed to schedule the next container sync"),
 	})
 }
@@ -322,9 +329,11 @@ func doReconcile(ctx context.Context, s *poolScope, phases []poolPhase) (ctrl.Re
 
 // reconcileSync requeues a pool that has containers so that one removed behind the controller's
 // back is noticed; the Docker engine has no watch this controller could rely on across restarts.
+// A pool without containers is requeued too, less often, so that the capacity it reports for an
+// autoscaler at zero replicas follows the engine's machine (reconcileCapacity).
 func (r *DockerMachinePoolReconciler) reconcileSync(_ context.Context, s *poolScope) (ctrl.Result, error) {
 	if len(s.instances) == 0 {
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: DefaultHostPeriod}, nil
 	}
 	period := r.ContainerSyncPeriod
 	if period == 0 {

@@ -104,7 +104,8 @@ func TestDockerMachinePoolHostPathsRecheckedAtCreation(t *testing.T) {
 			g.Expect(rt.Calls()["Create"]).To(BeZero(), "no container is created")
 			g.Expect(created.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(created.Reason).To(Equal(infrav1.HostPathNotAllowedReason))
-			g.Expect(result.RequeueAfter).To(BeZero(), "an edit of the pool, not a timer, changes the answer")
+			// A pool without containers is looked at again only to follow the engine's machine.
+			g.Expect(result.RequeueAfter).To(Equal(DefaultHostPeriod), "an edit of the pool, not a timer, changes the answer")
 			var event string
 			g.Expect(events.Events).To(Receive(&event))
 			g.Expect(event).To(HavePrefix(corev1.EventTypeWarning + " " + infrav1.HostPathNotAllowedReason + " "))
