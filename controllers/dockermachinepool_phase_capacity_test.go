@@ -138,8 +138,14 @@ func TestDockerMachinePoolCapacityAcrossReconciles(t *testing.T) {
 	now := time.Now()
 	r.now = func() time.Time { return now }
 	key := client.ObjectKey{Namespace: testNamespace, Name: testPool}
-	pods := func(p *infrav1.DockerMachinePool) string { q := p.Status.Capacity[corev1.ResourcePods]; return q.String() }
-	cpus := func(p *infrav1.DockerMachinePool) string { q := p.Status.Capacity[corev1.ResourceCPU]; return q.String() }
+	pods := func(p *infrav1.DockerMachinePool) string {
+		q := p.Status.Capacity[corev1.ResourcePods]
+		return q.String()
+	}
+	cpus := func(p *infrav1.DockerMachinePool) string {
+		q := p.Status.Capacity[corev1.ResourceCPU]
+		return q.String()
+	}
 
 	pool := reconcilePool(g, r)
 	g.Expect(rt.Containers()).To(HaveLen(2))
