@@ -272,6 +272,17 @@ func TestDockerMachinePoolGate(t *testing.T) {
 			wantGateReason: string(skew.ControlPlaneOlder),
 		},
 		{
+			// An autoscaler raising a pool from zero while the gate waits: no container says what
+			// was admitted, status does.
+			name: "waiting, no container: scale-up from zero at the last admitted version",
+			world: world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.32.0", replicas: 2, dataSecret: true,
+				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.31.0", AdmittedImage: "kindest/node:v1.31.0",
+					WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: now.Add(-time.Hour)}, BootstrapDataHashAtPause: "older"}},
+			wantVersions:   []string{"v1.31.0", "v1.31.0"},
+			wantGate:       metav1.ConditionFalse,
+			wantGateReason: string(skew.ControlPlaneOlder),
+		},
+		{
 			name: "waiting: no replacement whose kubeadm cannot read the data (v1beta4 for 1.30)",
 			world: world{controlPlaneVersions: []string{"v1.30.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true,
 				gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.30.0", AdmittedImage: "kindest/node:v1.30.0",

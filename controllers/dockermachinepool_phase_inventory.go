@@ -27,15 +27,7 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 	}
 	containers := slices.DeleteFunc(listed, func(c container.Container) bool { return !carriesPool(c, s.pool) })
 
-	// The labels only narrow what is read from the cache; ownership decides. During deletion the
-	// MachinePool, and so its name label, may be gone.
-	selector := client.MatchingLabels{}
-	if name := s.clusterName(); name != "" {
-		selector[clusterv1.ClusterNameLabel] = name
-	}
-	if name := s.machinePoolName(); name != "" {
-		selector[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(name)
-	}
+	selector := s.inventorySelector()
 	machineList := &infrav1.DockerMachinePoolMachineList{}
 	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector); err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list DockerMachinePoolMachines")
@@ -79,6 +71,20 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 	s.inventoryListed = true
 	ctrl.LoggerFrom(ctx).V(4).Info("Listed the pool's containers", "containers", len(containers), "machines", len(machines), "pool", klog.KObj(s.pool))
 	return ctrl.Result{}, nil
+}
+
+// inventorySelector selects the pool's DockerMachinePoolMachines and Machines by the labels of
+// its Cluster and MachinePool. The labels only narrow what is read; ownership decides. During
+// deletion the MachinePool, and so its name label, may be gone.
+func (s *poolScope) inventorySelector() client.MatchingLabels {
+	selector := client.MatchingLabels{}
+	if name := s.clusterName(); name != "" {
+		selector[clusterv1.ClusterNameLabel] = name
+	}
+	if name := s.machinePoolName(); name != "" {
+		selector[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(name)
+	}
+	return selector
 }
 
 func ownedByPool(obj client.Object, pool *infrav1.DockerMachinePool) bool {

@@ -12,10 +12,15 @@ import (
 	pkgerrors "github.com/pkg/errors"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
@@ -30,6 +35,11 @@ import (
 func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	active := s.active()
 	desired := s.desiredReplicas()
+	if len(active) > desired+s.surge() {
+		if err := r.readDeletionMarks(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	candidates := s.deletionOrder(active)
 	excess := min(max(len(active)-(desired+s.surge()), 0), len(candidates))
 	victims := candidates[:excess]
@@ -71,6 +81,41 @@ func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s 
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// readDeletionMarks reads the cluster.x-k8s.io/delete-machine annotations of the pool's Machines
+// and DockerMachinePoolMachines from the API server (their metadata only) before a scale-down
+// picks what goes. An autoscaler marks the Machine of the node it chose, then lowers the
+// MachinePool's replicas: the cache can show the lower count before the mark, and the newest
+// instance would go instead. Read now, the marks are at least as new as the count the cache showed.
+func (r *DockerMachinePoolReconciler) readDeletionMarks(ctx context.Context, s *poolScope) error {
+	annotations := map[types.UID]map[string]string{}
+	for _, gvk := range []schema.GroupVersionKind{
+		clusterv1.GroupVersion.WithKind("MachineList"),
+		infrav1.GroupVersion.WithKind("DockerMachinePoolMachineList"),
+	} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk)
+		if err := r.APIReader.List(ctx, list, client.InNamespace(s.pool.Namespace), s.inventorySelector()); err != nil {
+			return pkgerrors.Wrapf(err, "failed to read the delete-machine annotations of the pool's %ss", strings.TrimSuffix(gvk.Kind, "List"))
+		}
+		for _, m := range list.Items {
+			annotations[m.UID] = m.Annotations
+		}
+	}
+	for _, i := range s.instances {
+		if i.owner != nil {
+			if a, ok := annotations[i.owner.UID]; ok {
+				i.owner.Annotations = a
+			}
+		}
+		if i.machine != nil {
+			if a, ok := annotations[i.machine.UID]; ok {
+				i.machine.Annotations = a
+			}
+		}
+	}
+	return nil
 }
 
 // deletionOrder sorts instances by which should go first: marked for deletion, replaceable,
