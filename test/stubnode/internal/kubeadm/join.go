@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/blang/semver/v4"
@@ -162,7 +164,11 @@ func Join(ctx context.Context, o JoinOptions) error {
 	registrationTimeout := cfg.TLSBootstrapTimeout(o.DefaultTLSBootstrapTimeout)
 	registrationCtx, cancel := context.WithTimeoutCause(ctx, registrationTimeout, fmt.Errorf("the TLS bootstrap timeout (%s) passed", registrationTimeout))
 	defer cancel()
-	node := nodeFor(name, providerID, kubeletVersion, extra["node-labels"], cfg.NodeRegistration.Taints)
+	resources, err := machineResources(extra["max-pods"])
+	if err != nil {
+		return exitErr(ExitFailure, "[kubelet-start] the kubelet cannot report its capacity: %w", err)
+	}
+	node := nodeFor(name, providerID, kubeletVersion, extra["node-labels"], cfg.NodeRegistration.Taints, resources)
 	if err := registerNode(registrationCtx, nodes.Nodes(), node, logf); err != nil {
 		return err
 	}
@@ -318,7 +324,7 @@ func answer(err error) string {
 	return strings.Replace(err.Error(), status.Status().Message, fmt.Sprintf("%d %s: %s", code, http.StatusText(code), status.Status().Message), 1)
 }
 
-func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []corev1.Taint) *corev1.Node {
+func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []corev1.Taint, resources corev1.ResourceList) *corev1.Node {
 	labels := map[string]string{
 		corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: runtime.GOARCH, "beta.kubernetes.io/os": "linux",
 	}
@@ -330,10 +336,6 @@ func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []corev
 	now := metav1.Now()
 	condition := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
-	}
-	resources := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("2Gi"),
-		corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("10Gi"),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{stubAnnotation: "true"}},
@@ -357,6 +359,81 @@ func nodeFor(name, providerID, kubeletVersion, nodeLabels string, taints []corev
 			Allocatable: resources,
 		},
 	}
+}
+
+// defaultMaxPods is the kubelet's maxPods when nothing sets it.
+const defaultMaxPods = 110
+
+// machineResources is the capacity a kubelet in this container reports, read where cAdvisor reads
+// it: the CPUs online in /sys/devices/system/cpu/online, MemTotal in /proc/meminfo and the size of
+// the filesystem of /var (the kubelet's root directory, a volume of the node container); pods is
+// the kubelet's max-pods flag (kubeletExtraArgs), else its default.
+func machineResources(maxPods string) (corev1.ResourceList, error) {
+	online, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, err
+	}
+	cpus, err := countCPUs(strings.TrimSpace(string(online)))
+	if err != nil {
+		return nil, err
+	}
+	memory, err := memTotal("/proc/meminfo")
+	if err != nil {
+		return nil, err
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs("/var", &fs); err != nil {
+		return nil, fmt.Errorf("statfs /var: %w", err)
+	}
+	pods := int64(defaultMaxPods)
+	if maxPods != "" {
+		if pods, err = strconv.ParseInt(maxPods, 10, 32); err != nil || pods < 0 {
+			return nil, fmt.Errorf("max-pods %q is not a number of pods", maxPods)
+		}
+	}
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(memory, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(fs.Blocks)*fs.Bsize, resource.BinarySI),
+	}, nil
+}
+
+// countCPUs counts the CPUs of a sysfs CPU list such as "0-3,6".
+func countCPUs(list string) (int, error) {
+	n := 0
+	for part := range strings.SplitSeq(list, ",") {
+		first, last, isRange := strings.Cut(part, "-")
+		if !isRange {
+			last = first
+		}
+		a, errA := strconv.Atoi(first)
+		b, errB := strconv.Atoi(last)
+		if errA != nil || errB != nil || b < a {
+			return 0, fmt.Errorf("malformed CPU list %q", list)
+		}
+		n += b - a + 1
+	}
+	return n, nil
+}
+
+// memTotal reads MemTotal, in bytes, from a meminfo file.
+func memTotal(path string) (int64, error) {
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(content), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 3 && fields[0] == "MemTotal:" && fields[2] == "kB" {
+			kib, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("malformed MemTotal in %s: %q", path, line)
+			}
+			return kib * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in %s", path)
 }
 
 func readTrimmed(path string) string {

@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -265,6 +266,7 @@ func TestJoin(t *testing.T) {
 		overloadedPath string
 		alreadyJoined  bool
 		extraArgs      []string
+		maxPods        string // the kubelet flag max-pods in kubeletExtraArgs
 		wantCode       int
 		wantErr        string
 		wantNode       string
@@ -286,6 +288,10 @@ func TestJoin(t *testing.T) {
 			wantCode: ExitFailure, wantErr: "registering Node \"node-a\": the TLS bootstrap timeout (6s) passed"},
 		{name: "already joined", token: token, apiVersion: "v1beta3", version: "v1.33.1", alreadyJoined: true, wantCode: ExitPreflight, wantErr: "kubelet.conf already exists"},
 		{name: "already joined, check ignored", token: token, apiVersion: "v1beta3", version: "v1.33.1", alreadyJoined: true, extraArgs: []string{"--ignore-preflight-errors=SystemVerification,all"}, wantNode: "node-a", wantProviderID: "docker:////node-a"},
+		{name: "max-pods, v1beta4", token: token, apiVersion: "v1beta4", version: "v1.31.9", maxPods: "50", wantNode: "node-a", wantProviderID: "docker:////node-a"},
+		{name: "max-pods, v1beta3", token: token, apiVersion: "v1beta3", version: "v1.30.13", maxPods: "50", wantNode: "node-a", wantProviderID: "docker:////node-a"},
+		{name: "max-pods that is no number: the kubelet would not start", token: token, apiVersion: "v1beta4", version: "v1.31.9", maxPods: "lots",
+			wantCode: ExitFailure, wantErr: `max-pods "lots" is not a number of pods`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -307,6 +313,12 @@ func TestJoin(t *testing.T) {
 			config := "apiVersion: kubeadm.k8s.io/" + tt.apiVersion + "\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n" +
 				"    apiServerEndpoint: " + strings.TrimPrefix(srv.URL, "https://") + "\n    token: " + tt.token + "\n    caCertHashes: [\"" + pin + "\"]\n" +
 				"nodeRegistration:\n  name: Node-A\n  taints:\n  - key: node.cluster.x-k8s.io/uninitialized\n    effect: NoSchedule\n"
+			switch {
+			case tt.maxPods != "" && tt.apiVersion == "v1beta4":
+				config += "  kubeletExtraArgs:\n  - name: max-pods\n    value: \"" + tt.maxPods + "\"\n"
+			case tt.maxPods != "":
+				config += "  kubeletExtraArgs:\n    max-pods: \"" + tt.maxPods + "\"\n"
+			}
 			if tt.apiVersion == "v1beta4" {
 				config += "timeouts:\n  discovery: 6s\n  tlsBootstrap: 6s\n"
 			}
@@ -325,9 +337,39 @@ func TestJoin(t *testing.T) {
 			g.Expect(n.Spec.ProviderID).To(Equal(tt.wantProviderID))
 			g.Expect(n.Spec.Taints).To(ConsistOf(HaveField("Key", "node.cluster.x-k8s.io/uninitialized")), "the not-ready taint is removed, the configured one kept")
 			g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal(tt.version))
+			wantPods := cmp.Or(tt.maxPods, "110")
+			g.Expect(n.Status.Capacity.Pods().String()).To(Equal(wantPods), "the kubelet's max-pods, else its default")
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
+				q := n.Status.Capacity[r]
+				g.Expect(q.Sign()).To(Equal(1), "%s read from the machine", r)
+			}
+			g.Expect(n.Status.Allocatable).To(Equal(n.Status.Capacity))
 			g.Expect(n.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.NodeReady), HaveField("Status", corev1.ConditionTrue))))
 			g.Expect(filepath.Join(env.KubernetesDir, "kubelet.conf")).To(BeAnExistingFile())
 			g.Expect(out.String()).To(ContainSubstring("This node has joined the cluster"))
 		})
 	}
+}
+
+// TestMachineReading reads the figures a kubelet reports as they are written in sysfs and procfs.
+func TestMachineReading(t *testing.T) {
+	g := NewWithT(t)
+	for list, want := range map[string]int{"0": 1, "0-1": 2, "0-3,6": 5, "0,2,4-7": 6} {
+		n, err := countCPUs(list)
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(n).To(Equal(want), list)
+	}
+	for _, bad := range []string{"", "a-b", "3-1", "0-"} {
+		_, err := countCPUs(bad)
+		g.Expect(err).To(HaveOccurred(), bad)
+	}
+	dir := t.TempDir()
+	meminfo := filepath.Join(dir, "meminfo")
+	g.Expect(os.WriteFile(meminfo, []byte("MemTotal:       24683792 kB\nMemFree:         1000 kB\n"), 0o600)).To(Succeed())
+	bytes, err := memTotal(meminfo)
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(bytes).To(Equal(int64(24683792) * 1024))
+	g.Expect(os.WriteFile(meminfo, []byte("MemFree: 1000 kB\n"), 0o600)).To(Succeed())
+	_, err = memTotal(meminfo)
+	g.Expect(err).To(MatchError(ContainSubstring("no MemTotal")))
 }
