@@ -212,7 +212,7 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 	}
 
 	// One go build for both binaries: they share most packages.
-	out, err := goBuild(ctx, rootfs, "./test/stubnode/cmd/kubeadm", "./test/stubnode/cmd/init")
+	out, err := goBuild(ctx, rootfs, "./stubnode/cmd/kubeadm", "./stubnode/cmd/init")
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,8 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 	return os.Remove(out)
 }
 
-// goBuild builds static binaries of pkgs into a new folder beside rootfs and returns the folder.
+// goBuild builds static binaries of pkgs, packages of the harness module (test/), into a new
+// folder beside rootfs and returns the folder.
 func goBuild(ctx context.Context, rootfs string, pkgs ...string) (string, error) {
 	out := filepath.Join(filepath.Dir(rootfs), "gobin")
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -233,7 +234,7 @@ func goBuild(ctx context.Context, rootfs string, pkgs ...string) (string, error)
 	}
 	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out + "/"}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = filepath.Join(testenv.RepoRoot(), "test")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %v: %w: %s", pkgs, err, b)

@@ -1,6 +1,6 @@
 // Command build builds and tags CAPDMP's test node images (test/stubnode/build.sh runs it):
 //
-//	go run ./test/stubnode/cmd/build [version...]
+//	go -C test run ./stubnode/cmd/build [version...]
 //
 // With no version it tags stubnode.DefaultVersions; NODE_IMAGE_STUB_VERSIONS can list them too.
 package main
