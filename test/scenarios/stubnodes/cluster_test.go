@@ -50,6 +50,8 @@ type clusterOptions struct {
 	customImage          string
 	// joinCommands are extra commands CABPK runs before kubeadm join (e.g. to fail a bootstrap).
 	preKubeadmCommands []string
+	// kubeletExtraArgs are the kubelet flags of the KubeadmConfig's JoinConfiguration.
+	kubeletExtraArgs []bootstrapv1.Arg
 	// bootstrapTimeout is the pool's; the API's default when zero.
 	bootstrapTimeout time.Duration
 	// engine runs the pool's containers (the manager must use it too); the suite's when nil.
@@ -121,6 +123,7 @@ func newTestCluster(t *testing.T, o clusterOptions) *testCluster {
 			JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{
 				Name:                  "{{ ds.meta_data.local_hostname }}",
 				IgnorePreflightErrors: []string{"SystemVerification"},
+				KubeletExtraArgs:      o.kubeletExtraArgs,
 			}},
 			PreKubeadmCommands: o.preKubeadmCommands,
 		},
