@@ -66,11 +66,12 @@ func canonicalImage(g Gomega, image string) string {
 	return named.String()
 }
 
-// moduleDir is the folder of a module of this module's graph in the module cache.
+// moduleDir is the folder in the module cache of a module of the harness module's graph (test/,
+// whose tools, kind among them, the manager's module does not require).
 func moduleDir(t *testing.T, module string) string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir = repoRoot(t)
+	cmd.Dir = filepath.Join(repoRoot(t), "test")
 	out, err := cmd.Output()
 	if err != nil || len(bytes.TrimSpace(out)) == 0 {
 		t.Fatalf("go list -m %s: %v (go mod download)", module, err)

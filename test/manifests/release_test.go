@@ -200,12 +200,12 @@ func releaseRepository(t *testing.T, base, dir, version string) string {
 	return config
 }
 
-// buildClusterctl builds clusterctl from the Cluster API module of go.mod, as make run-binaries does.
+// buildClusterctl builds clusterctl from the Cluster API module of test/go.mod, as make run-binaries does.
 func buildClusterctl(t *testing.T) string {
 	t.Helper()
 	clusterctl := filepath.Join(t.TempDir(), "clusterctl")
 	build := exec.Command("nice", "-n", "19", "go", "build", "-o", clusterctl, "sigs.k8s.io/cluster-api/cmd/clusterctl")
-	build.Dir = repoRoot(t)
+	build.Dir = filepath.Join(repoRoot(t), "test")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building clusterctl (sigs.k8s.io/cluster-api/cmd/clusterctl): %v\n%s", err, out)
 	}

@@ -157,7 +157,7 @@ func moduleVersion(t *testing.T, dir, module string) string {
 }
 
 // testClusterctlReadsTheRepository runs clusterctl itself (built from the Cluster API module of
-// go.mod, as make run-binaries builds bin/clusterctl) on the repository, with no management
+// test/go.mod, as make run-binaries builds bin/clusterctl) on the repository, with no management
 // cluster: `generate provider` reads each provider's components and metadata and substitutes
 // their variables' defaults as init does, and `generate cluster` reads CAPDMP's templates.
 // cert-manager is read the way init reads it (its URL and version from clusterctl.yaml, its
@@ -166,7 +166,7 @@ func testClusterctlReadsTheRepository(t *testing.T, configPath string) {
 	t.Helper()
 	clusterctl := filepath.Join(t.TempDir(), "clusterctl")
 	build := exec.Command("nice", "-n", "19", "go", "build", "-o", clusterctl, "sigs.k8s.io/cluster-api/cmd/clusterctl")
-	build.Dir = repoRoot(t)
+	build.Dir = filepath.Join(repoRoot(t), "test")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building clusterctl (sigs.k8s.io/cluster-api/cmd/clusterctl): %v\n%s", err, out)
 	}
