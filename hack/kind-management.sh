@@ -338,6 +338,11 @@ create() {
 # controllers remove them; what is left once kind's cluster is gone is removed by that label.
 delete_workloads() {
 	if [ -s "${KUBECONFIG_FILE}" ] && kubectl get --raw=/readyz > /dev/null 2>&1; then
+		# No Cluster CRD (clusterctl init never ran, or failed): no workload cluster to delete.
+		if ! kubectl get crd clusters.cluster.x-k8s.io > /dev/null 2>&1; then
+			log "no Cluster API CRDs on ${NAME}: no workload cluster to delete"
+			return 0
+		fi
 		kubectl get clusters.cluster.x-k8s.io -A -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' > "${DIR}/workload-clusters"
 		kubectl delete clusters.cluster.x-k8s.io --all -A --wait --timeout=5m || log "deleting the workload clusters through the API did not finish"
 	fi

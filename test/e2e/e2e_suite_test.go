@@ -137,7 +137,9 @@ func createRepository(config *clusterctl.E2EConfig) string {
 	Expect(err).NotTo(HaveOccurred())
 	values := map[string]any{}
 	Expect(yaml.Unmarshal(raw, &values)).To(Succeed())
-	values["cert-manager"] = map[string]any{"url": "file://" + certManager}
+	// The version is the folder's, as clusterctl's local repositories have it; without one
+	// clusterctl looks for its own default version beside the file.
+	values["cert-manager"] = map[string]any{"url": "file://" + certManager, "version": filepath.Base(filepath.Dir(certManager))}
 	raw, err = yaml.Marshal(values)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(os.WriteFile(path, raw, 0o600)).To(Succeed())
