@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/cert"
+	"k8s.io/utils/cpuset"
 )
 
 // Exit codes of the stub, documented in test/stubnode/README.md. The real kubeadm exits 1 on any
@@ -373,9 +374,9 @@ func machineResources(maxPods string) (corev1.ResourceList, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpus, err := countCPUs(strings.TrimSpace(string(online)))
+	cpus, err := cpuset.Parse(strings.TrimSpace(string(online)))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the online CPUs: %w", err)
 	}
 	memory, err := memTotal("/proc/meminfo")
 	if err != nil {
@@ -392,29 +393,11 @@ func machineResources(maxPods string) (corev1.ResourceList, error) {
 		}
 	}
 	return corev1.ResourceList{
-		corev1.ResourceCPU:              *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(cpus.Size()), resource.DecimalSI),
 		corev1.ResourceMemory:           *resource.NewQuantity(memory, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(fs.Blocks)*fs.Bsize, resource.BinarySI),
 	}, nil
-}
-
-// countCPUs counts the CPUs of a sysfs CPU list such as "0-3,6".
-func countCPUs(list string) (int, error) {
-	n := 0
-	for part := range strings.SplitSeq(list, ",") {
-		first, last, isRange := strings.Cut(part, "-")
-		if !isRange {
-			last = first
-		}
-		a, errA := strconv.Atoi(first)
-		b, errB := strconv.Atoi(last)
-		if errA != nil || errB != nil || b < a {
-			return 0, fmt.Errorf("malformed CPU list %q", list)
-		}
-		n += b - a + 1
-	}
-	return n, nil
 }
 
 // memTotal reads MemTotal, in bytes, from a meminfo file.

@@ -351,18 +351,10 @@ func TestJoin(t *testing.T) {
 	}
 }
 
-// TestMachineReading reads the figures a kubelet reports as they are written in sysfs and procfs.
+// TestMachineReading reads the memory a kubelet reports as procfs writes it (the CPUs are
+// k8s.io/utils/cpuset's parse of sysfs' list).
 func TestMachineReading(t *testing.T) {
 	g := NewWithT(t)
-	for list, want := range map[string]int{"0": 1, "0-1": 2, "0-3,6": 5, "0,2,4-7": 6} {
-		n, err := countCPUs(list)
-		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(n).To(Equal(want), list)
-	}
-	for _, bad := range []string{"", "a-b", "3-1", "0-"} {
-		_, err := countCPUs(bad)
-		g.Expect(err).To(HaveOccurred(), bad)
-	}
 	dir := t.TempDir()
 	meminfo := filepath.Join(dir, "meminfo")
 	g.Expect(os.WriteFile(meminfo, []byte("MemTotal:       24683792 kB\nMemFree:         1000 kB\n"), 0o600)).To(Succeed())
