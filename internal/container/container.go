@@ -84,6 +84,27 @@ type Runtime interface {
 	Host(ctx context.Context) (Host, error)
 }
 
+// Watcher is a Runtime that reports changes of containers as the engine makes them. Docker is
+// one; a controller that reacts to changes sooner with it still lists what it needs, since a
+// stream misses what happens while it reconnects.
+type Watcher interface {
+	// Watch reports each change of a container carrying all the given labels from since on (see
+	// Docker.Watch). The channel closes when the stream ends, after its error is sent.
+	Watch(ctx context.Context, labels map[string]string, since time.Time) (<-chan Event, <-chan error)
+}
+
+// Event is a change of a container: created, started, stopped or destroyed.
+type Event struct {
+	ID string
+	// Action is the engine's name of the change: create, start, die or destroy.
+	Action string
+	// At is when the engine made the change.
+	At time.Time
+	// Attributes are what the engine tells of the container with the change: its labels, and
+	// its name and image under "name" and "image".
+	Attributes map[string]string
+}
+
 // Host is what an engine reports of the machine its containers run on (`docker info`). A node
 // container has no resource limits, and its kubelet reads the same machine from /proc and /sys.
 type Host struct {

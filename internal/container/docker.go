@@ -81,8 +81,11 @@ type Docker struct {
 	networkMu sync.Mutex
 }
 
-var _ Runtime = &Docker{}
-var _ CallCounter = &Docker{}
+var (
+	_ Runtime     = &Docker{}
+	_ Watcher     = &Docker{}
+	_ CallCounter = &Docker{}
+)
 
 // NewDocker returns a Runtime for the engine the environment points at (DOCKER_HOST,
 // DOCKER_API_VERSION, DOCKER_CERT_PATH, DOCKER_TLS_VERIFY; default: the local socket). The API
@@ -375,15 +378,6 @@ func (d *Docker) Delete(ctx context.Context, containerName string) error {
 	return nil
 }
 
-// Event is a change of a container: created, started, stopped or destroyed.
-type Event struct {
-	ID string
-	// Action is the engine's name of the change: create, start, die or destroy.
-	Action string
-	// At is when the engine made the change.
-	At time.Time
-}
-
 // Watch reports each change of a container carrying all the given labels (created, started,
 // stopped, destroyed) from the engine's event stream starting at since: the engine replays the
 // recent events it keeps, so a watch started just before a List misses nothing that happened in
@@ -406,7 +400,7 @@ func (d *Docker) Watch(ctx context.Context, labels map[string]string, since time
 			select {
 			case m := <-stream.Messages:
 				select {
-				case changes <- Event{ID: m.Actor.ID, Action: string(m.Action), At: time.Unix(0, m.TimeNano)}:
+				case changes <- Event{ID: m.Actor.ID, Action: string(m.Action), At: time.Unix(0, m.TimeNano), Attributes: maps.Clone(m.Actor.Attributes)}:
 				case <-ctx.Done():
 					errs <- ctx.Err()
 					return

@@ -294,6 +294,8 @@ func TestDockerIntegration(t *testing.T) {
 			case c := <-changes:
 				g.Expect(c.At).To(BeTemporally(">=", since))
 				g.Expect(c.At).To(BeTemporally("<=", time.Now()))
+				g.Expect(c.Attributes).To(HaveKeyWithValue("name", w.Name))
+				g.Expect(c.Attributes).To(HaveKeyWithValue("pool", "watched"))
 				got = append(got, c.ID+" "+c.Action)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("got %d of 4 events: %v", len(got), got)
