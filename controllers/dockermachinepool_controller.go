@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
@@ -102,7 +103,10 @@ type DockerMachinePoolReconciler struct {
 	// bootstrapConfigs watches the KubeadmConfigs of pools, once one is read: CABPK's CRD is not
 	// needed where no pool uses it.
 	bootstrapConfigs external.ObjectTracker
-	now              func() time.Time
+	// deletedControlPlaneMachines are the control-plane Machines seen being deleted, whose proven
+	// removal re-opens a gate before the control plane's status says so.
+	deletedControlPlaneMachines deletedControlPlaneMachines
+	now                         func() time.Time
 }
 
 // SetupWithManager sets up the controller with the Manager.
@@ -116,7 +120,7 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 		return pkgerrors.Wrap(err, "failed to create mapper for Cluster to DockerMachinePools")
 	}
 
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.DockerMachinePool{}).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
@@ -135,15 +139,25 @@ func (r *DockerMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr 
 			handler.EnqueueRequestsFromMapFunc(r.machineToPool),
 			builder.WithPredicates(remediationRequested{}),
 		).
+		// A control-plane Machine's deletion may prove its kube-apiserver gone before the
+		// control plane reports it (controlPlaneWithoutGoneMachines).
+		Watches(
+			&clusterv1.Machine{},
+			handler.EnqueueRequestsFromMapFunc(r.controlPlaneMachineToPools),
+			builder.WithPredicates(controlPlaneMachineDeleting{}),
+		).
 		Watches(
 			&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToPools),
 			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
-		).
-		// No watch on Secrets: the manager may only get them by name. CABPK rewrites a pool's
-		// data Secret in place only with a new token, which it writes into the KubeadmConfig's
-		// spec after the Secret; the KubeadmConfig watch (kubeadmConfigSpecHash) wakes the pool.
-		Build(r)
+		)
+	if watcher, ok := r.Runtime.(container.Watcher); ok {
+		b = b.WatchesRawSource(source.Func(r.watchControlPlaneContainers(watcher)))
+	}
+	// No watch on Secrets: the manager may only get them by name. CABPK rewrites a pool's
+	// data Secret in place only with a new token, which it writes into the KubeadmConfig's
+	// spec after the Secret; the KubeadmConfig watch (kubeadmConfigSpecHash) wakes the pool.
+	c, err := b.Build(r)
 	if err != nil {
 		return pkgerrors.Wrap(err, "failed setting up the DockerMachinePool controller")
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -24,7 +25,7 @@ import (
 // reconcileVersionGate asks pkg/skew whether the pool may create containers of its target
 // version now, and records the answer: the VersionSkewAdmitted condition, status.versionGate, an
 // event when the reason changes, and the start of a pause with the bootstrap data it found then.
-func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, s *poolScope) (ctrl.Result, error) {
+func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, s *poolScope) (res ctrl.Result, _ error) {
 	cp, err := r.controlPlaneOf(ctx, s.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -69,6 +70,16 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 			break
 		}
 		decision = skew.Decide(input)
+		if decision.Reason == skew.ControlPlaneOlder {
+			narrowed, requeue, err := r.decideWithoutGoneMachines(ctx, s, input)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if narrowed != nil {
+				decision = *narrowed
+			}
+			res = requeue
+		}
 	}
 	if decision.Verdict == skew.Wait && len(unreadable) > 0 {
 		// While the gate waits, running versions decide what may still be created.
@@ -95,7 +106,7 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 			metrics.VersionGateReopens.WithLabelValues(s.pool.Namespace, s.pool.Name).Inc()
 		}
 		metrics.RecordVersionGate(s.pool.Namespace, s.pool.Name, false, string(decision.Reason), time.Time{}, r.clock())
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 
 	if gate.AdmittedImage == "" {
@@ -123,7 +134,45 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		}
 	}
 	metrics.RecordVersionGate(s.pool.Namespace, s.pool.Name, true, gate.WaitingReason, gate.WaitingSince.Time, r.clock())
-	return ctrl.Result{}, nil
+	return res, nil
+}
+
+// decideWithoutGoneMachines decides again on the control plane without the versions of its
+// machines proven gone, for a gate that waits for the control plane: KubeadmControlPlane writes
+// its status seconds after its old Machine is gone. It returns that decision when it admits the
+// target, else nil (the control plane's status decides), and a short requeue while a machine is
+// being deleted and not proven gone yet.
+func (r *DockerMachinePoolReconciler) decideWithoutGoneMachines(ctx context.Context, s *poolScope, input skew.Input) (*skew.Decision, ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	narrowed, gone, pending, err := r.controlPlaneWithoutGoneMachines(ctx, s.cluster, input.ControlPlane)
+	if errors.Is(err, errNotProven) {
+		log.V(4).Info("Not narrowing the control plane by its Machines", "reason", err.Error())
+		return nil, ctrl.Result{}, nil
+	}
+	if err != nil {
+		return nil, ctrl.Result{}, err
+	}
+	var res ctrl.Result
+	if pending {
+		res.RequeueAfter = goneMachineRecheck
+	}
+	if len(gone) == 0 {
+		return nil, res, nil
+	}
+	input.ControlPlane = narrowed
+	decision := skew.Decide(input)
+	if decision.Verdict != skew.Proceed {
+		return nil, res, nil
+	}
+	decision.Message += fmt.Sprintf("; control-plane %s gone before %s reports it: deleted, infrastructure not found, no container on the engine",
+		machineList(gone), s.cluster.Spec.ControlPlaneRef.Kind)
+	log.Info("Control-plane Machines proven gone: not counting their version", "machines", gone, "versions", narrowed.Versions)
+	return &decision, res, nil
+}
+
+// machineList names a few Machines, as containerList does containers.
+func machineList(names []string) string {
+	return strings.Replace(containerList(names), "container", "Machine", 1)
 }
 
 // admittedFromContainers is the newest version, and the image it was created from, that the
