@@ -71,10 +71,7 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		}
 		decision = skew.Decide(input)
 		if decision.Reason == skew.ControlPlaneOlder {
-			narrowed, requeue, err := r.decideWithoutGoneMachines(ctx, s, input)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
+			narrowed, requeue := r.decideWithoutGoneMachines(ctx, s, input)
 			if narrowed != nil {
 				decision = *narrowed
 			}
@@ -142,32 +139,34 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 // its status seconds after its old Machine is gone. It returns that decision when it admits the
 // target, else nil (the control plane's status decides), and a short requeue while a machine is
 // being deleted and not proven gone yet.
-func (r *DockerMachinePoolReconciler) decideWithoutGoneMachines(ctx context.Context, s *poolScope, input skew.Input) (*skew.Decision, ctrl.Result, error) {
+func (r *DockerMachinePoolReconciler) decideWithoutGoneMachines(ctx context.Context, s *poolScope, input skew.Input) (*skew.Decision, ctrl.Result) {
 	log := ctrl.LoggerFrom(ctx)
 	narrowed, gone, pending, err := r.controlPlaneWithoutGoneMachines(ctx, s.cluster, input.ControlPlane)
-	if errors.Is(err, errNotProven) {
+	switch {
+	case errors.Is(err, errNotProven):
 		log.V(4).Info("Not narrowing the control plane by its Machines", "reason", err.Error())
-		return nil, ctrl.Result{}, nil
-	}
-	if err != nil {
-		return nil, ctrl.Result{}, err
+		return nil, ctrl.Result{}
+	case err != nil:
+		// The proof is an addition to the control plane's status, which still decides.
+		log.Error(err, "Not narrowing the control plane by its Machines")
+		return nil, ctrl.Result{RequeueAfter: goneMachineRecheck}
 	}
 	var res ctrl.Result
 	if pending {
 		res.RequeueAfter = goneMachineRecheck
 	}
 	if len(gone) == 0 {
-		return nil, res, nil
+		return nil, res
 	}
 	input.ControlPlane = narrowed
 	decision := skew.Decide(input)
 	if decision.Verdict != skew.Proceed {
-		return nil, res, nil
+		return nil, res
 	}
 	decision.Message += fmt.Sprintf("; control-plane %s gone before %s reports it: deleted, infrastructure not found, no container on the engine",
 		machineList(gone), s.cluster.Spec.ControlPlaneRef.Kind)
 	log.Info("Control-plane Machines proven gone: not counting their version", "machines", gone, "versions", narrowed.Versions)
-	return &decision, res, nil
+	return &decision, res
 }
 
 // machineList names a few Machines, as containerList does containers.
