@@ -17,7 +17,10 @@
 //     deleting and scaling down, and keep replacing instances at a version Decision.Admits accepts.
 //     Publish Decision.Condition on the pool.
 //  4. Watch the control plane object (ControlPlaneVersionsChanged is an update predicate) so that
-//     the gate re-opens as soon as the control plane reports new versions.
+//     the gate re-opens as soon as the control plane reports new versions. Optionally, while it
+//     waits, narrow the control plane with ControlPlane.WithoutGoneMachines by the machines the
+//     provider proves gone, and decide again: the gate then re-opens before the control plane
+//     provider's next status write.
 //
 // # Rules and precedence
 //
