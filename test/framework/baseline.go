@@ -1,11 +1,10 @@
 package framework
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
 )
@@ -27,8 +27,13 @@ type EngineBaseline struct {
 	Engine *container.Docker
 	// Network is the nodes' Docker network.
 	Network string
-	// Concurrency is how many nodes are made at once: the pool's bootstrap concurrency.
+	// Concurrency is how many bootstraps start at once: the DockerMachinePoolMachine
+	// controller's workers. A started bootstrap holds no slot while it runs, as a machine's
+	// holds no worker: an await exec per node follows it.
 	Concurrency int
+	// CreateConcurrency is how many containers are created at once: the pool's create limit.
+	// Concurrency when zero.
+	CreateConcurrency int
 	// MaxSurge, in a rollout, is how many new nodes may exist before the old nodes they replace
 	// are removed: the pool's rollingUpdate.maxSurge, so that both replace at the same pace.
 	// 0 means no limit.
@@ -48,11 +53,13 @@ type Milestones struct {
 }
 
 // MakeNodes creates and starts a container per name from image, waits for each to boot (systemd
-// and containerd on a real node; nothing on a stub), and runs data's bootstrap commands in it,
-// as CAPDMP runs them. Creates and bootstraps are two stages, each with Concurrency at once, as
-// a pool creates containers while its machines bootstrap the ones it made. After node i is made,
-// replace(i) runs when not nil: a rollout removes an old node there, and MaxSurge holds back
-// creates until as many old nodes are gone.
+// and containerd on a real node; nothing on a stub), and bootstraps it with data as CAPDMP does:
+// the commands staged and started in one exec (bootstrap.Start), their end awaited by one exec
+// (bootstrap.Await), the result read by one more (bootstrap.Check). Creates (CreateConcurrency
+// at once) and bootstrap starts (Concurrency at once) are two stages, as a pool creates
+// containers while its machines bootstrap the ones it made; the awaits are not limited. After
+// node i is made, replace(i) runs when not nil: a rollout removes an old node there, and MaxSurge
+// holds back creates until as many old nodes are gone.
 func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, image string, names []string, replace func(i int) error) (Milestones, error) {
 	start := time.Now()
 	// surge holds a slot per new node whose old node is not removed yet.
@@ -81,24 +88,31 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 	for range e.Concurrency {
 		bootstraps.Go(func() error {
 			for i := range made {
-				if err := e.bootstrap(ctx, data, names[i]); err != nil {
+				if err := e.startBootstrap(ctx, data, names[i]); err != nil {
 					return err
 				}
-				done(&added, &m.Joined)
-				if replace != nil {
-					if err := replace(i); err != nil {
+				// The worker is free once the bootstrap runs; its await goes on beside it.
+				bootstraps.Go(func() error {
+					if err := e.awaitBootstrap(ctx, names[i]); err != nil {
 						return err
 					}
-					if surge != nil {
-						<-surge
+					done(&added, &m.Joined)
+					if replace != nil {
+						if err := replace(i); err != nil {
+							return err
+						}
+						if surge != nil {
+							<-surge
+						}
 					}
-				}
+					return nil
+				})
 			}
 			return nil
 		})
 	}
 	creates := errgroup.Group{}
-	creates.SetLimit(e.Concurrency)
+	creates.SetLimit(cmp.Or(e.CreateConcurrency, e.Concurrency))
 	for i, name := range names {
 		creates.Go(func() error {
 			if surge != nil {
@@ -124,30 +138,36 @@ func (e EngineBaseline) MakeNodes(ctx context.Context, data *bootstrap.Data, ima
 	return m, err
 }
 
-// bootstrap waits for the node to boot, then runs the bootstrap commands one after the other.
-func (e EngineBaseline) bootstrap(ctx context.Context, data *bootstrap.Data, name string) error {
+// startBootstrap waits for the node to boot, then stages its bootstrap commands and starts them
+// in one exec.
+func (e EngineBaseline) startBootstrap(ctx context.Context, data *bootstrap.Data, name string) error {
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		status, err := bootstrap.Check(ctx, e.Engine, name)
 		return status.State != bootstrap.StateBooting, err
 	}); err != nil {
-		return err
+		return fmt.Errorf("waiting for node %s to boot: %w", name, err)
 	}
 	cmds, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: name, IgnorePreflightErrors: bootstrap.DefaultIgnorePreflightErrors})
 	if err != nil {
+		return fmt.Errorf("rendering the bootstrap commands of %s: %w", name, err)
+	}
+	return bootstrap.Start(ctx, e.Engine, name, cmds)
+}
+
+// awaitLimit bounds a baseline bootstrap.
+const awaitLimit = 10 * time.Minute
+
+// awaitBootstrap waits for the node's bootstrap to end and fails unless it succeeded.
+func (e EngineBaseline) awaitBootstrap(ctx context.Context, name string) error {
+	if err := bootstrap.Await(ctx, e.Engine, name, awaitLimit); err != nil {
 		return err
 	}
-	for _, cmd := range cmds {
-		var stdin io.Reader
-		if cmd.Stdin != nil {
-			stdin = bytes.NewReader(cmd.Stdin)
-		}
-		res, err := e.Engine.Exec(ctx, name, cmd.Argv, stdin)
-		if err != nil {
-			return err
-		}
-		if res.ExitCode != 0 {
-			return fmt.Errorf("%s in %s exited with code %d: %s", cmd.Step, name, res.ExitCode, bootstrap.Redact(string(res.Stderr)))
-		}
+	status, err := bootstrap.Check(ctx, e.Engine, name)
+	if err != nil {
+		return err
+	}
+	if status.State != bootstrap.StateSucceeded {
+		return fmt.Errorf("the bootstrap of %s ended %s at step %q (exit code %d): %s", name, status.State, status.Step, status.ExitCode, bootstrap.Redact(string(status.Output)))
 	}
 	return nil
 }
@@ -184,7 +204,12 @@ func (e EngineBaseline) Remove(ctx context.Context, workload client.Client) erro
 	return removals.Wait()
 }
 
-// EngineBaseline is the benchmarks' baseline on the world's engine and network.
+// EngineBaseline is the benchmarks' baseline on the world's engine and network: concurrency
+// bootstrap starts at once (the manager's --dockermachinepoolmachine-concurrency) and the pool's
+// default create limit (--container-create-concurrency).
 func (w *World) EngineBaseline(concurrency int, labels map[string]string) EngineBaseline {
-	return EngineBaseline{Engine: w.engine, Network: Network, Concurrency: concurrency, Labels: labels}
+	return EngineBaseline{
+		Engine: w.engine, Network: Network, Concurrency: concurrency,
+		CreateConcurrency: controllers.DefaultMaxConcurrentCreates, Labels: labels,
+	}
 }

@@ -136,7 +136,9 @@ func benchRealScaleUp(t *testing.T, n int, upstream bool) []realScaleUp {
 
 		if !upstream {
 			data := waitForPoolData(s, c)
-			// As many bootstraps at once as the manager runs (--dockermachinepoolmachine-concurrency).
+			// Bootstrapped as the manager does (one staged exec per node, its end awaited), as many
+			// started at once as the manager runs (--dockermachinepoolmachine-concurrency) and
+			// containers created at once as a pool does by default (--container-create-concurrency).
 			baseline := world.EngineBaseline(min(n, managerBootstrapConcurrency), map[string]string{"test.capdmp.dev/bench": "engine"})
 			// A failed baseline leaves none of its nodes behind (before the cluster goes).
 			s.t.Cleanup(func() { _ = baseline.Remove(context.Background(), workload) })
