@@ -17,11 +17,13 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/controllers"
 	"github.com/capdmp/capdmp/internal/bootstrap"
 	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/test/testenv"
@@ -35,8 +37,10 @@ import (
 // shared, and only figures taken side by side compare. It times and never fails on time; it fails
 // when a system does not do what it is timed doing.
 
-// benchConcurrency is how many bootstraps the baseline runs at once: the machine reconciler's
-// MaxConcurrentReconciles in runManager.
+// benchConcurrency is how many bootstraps the baseline starts at once: the machine reconciler's
+// MaxConcurrentReconciles in runManager (5; the shipped manager's default is 10). The baseline
+// creates as many containers at once as the pool does: controllers.DefaultMaxConcurrentCreates,
+// which runManager leaves as it ships.
 const benchConcurrency = 5
 
 // benchPoll is how often the driver looks for a milestone.
@@ -45,13 +49,22 @@ const benchPoll = 100 * time.Millisecond
 // benchLabel marks the baseline's containers.
 const benchLabel = "test.capdmp.dev/bench"
 
-// comparison is one figure measured for several systems in the same run.
+// comparison is one figure measured for several systems in the same run, in interleaved pairs.
 type comparison struct {
 	Figure string `json:"figure"`
-	// Seconds by system: capdmp, engine (the Docker engine alone: the physical limit here).
+	// Pairs is how many times each system was measured, one after the other.
+	Pairs int `json:"pairs"`
+	// Seconds by system, the median of its samples: capdmp, engine (the Docker engine alone:
+	// the physical limit here).
 	Seconds map[string]float64 `json:"seconds"`
-	// Ratio is capdmp's seconds over the engine's, when both were measured.
-	Ratio float64 `json:"capdmpOverEngine,omitempty"`
+	// Samples by system, in seconds, in the order of the pairs.
+	Samples map[string][]float64 `json:"samples"`
+	// Ratio is the median over the pairs of capdmp's seconds over the engine's, when both were
+	// measured; RatioMin and RatioMax are the pairs' spread, Ratios each pair's.
+	Ratio    float64   `json:"capdmpOverEngine,omitempty"`
+	RatioMin float64   `json:"capdmpOverEngineMin,omitempty"`
+	RatioMax float64   `json:"capdmpOverEngineMax,omitempty"`
+	Ratios   []float64 `json:"capdmpOverEngineByPair,omitempty"`
 }
 
 // latencies are the gate's re-open latencies over the trials.
@@ -77,10 +90,13 @@ type costFigure struct {
 }
 
 type benchResults struct {
-	Date        string       `json:"date"`
-	Commit      string       `json:"commit"`
-	CPUs        int          `json:"cpus"`
-	Concurrency int          `json:"bootstrapConcurrency"`
+	Date              string `json:"date"`
+	Commit            string `json:"commit"`
+	CPUs              int    `json:"cpus"`
+	Concurrency       int    `json:"bootstrapConcurrency"`
+	CreateConcurrency int    `json:"createConcurrency"`
+	// Pairs is how many interleaved pairs each comparison ran.
+	Pairs       int          `json:"pairs"`
 	Comparisons []comparison `json:"comparisons"`
 	GateReopen  *latencies   `json:"gateReopen,omitempty"`
 	ScaleCost   []costFigure `json:"scaleCost,omitempty"`
@@ -89,11 +105,15 @@ type benchResults struct {
 
 // TestBench runs every comparison, prints one line per figure and writes
 // _artifacts/bench/results.json and chart.svg. BENCH_SIZES (default 20,50), BENCH_ROLLOUT (20),
-// BENCH_TRIALS (20) and BENCH_COST (1: run the Go benchmarks of controllers) size it.
+// BENCH_PAIRS (5: interleaved pairs per comparison), BENCH_TRIALS (20) and BENCH_COST (1: run the
+// Go benchmarks of controllers) size it.
 func TestBench(t *testing.T) {
 	g := NewWithT(t)
+	pairs := framework.BenchSetting("BENCH_PAIRS", 5)
+	g.Expect(pairs).To(BeNumerically(">=", 1), "BENCH_PAIRS")
 	results := benchResults{
-		Date: time.Now().UTC().Format(time.RFC3339), Commit: framework.Commit(), CPUs: runtime.NumCPU(), Concurrency: benchConcurrency,
+		Date: time.Now().UTC().Format(time.RFC3339), Commit: framework.Commit(), CPUs: runtime.NumCPU(),
+		Concurrency: benchConcurrency, CreateConcurrency: controllers.DefaultMaxConcurrentCreates, Pairs: pairs,
 		Notes: []string{
 			"upstream CAPD's DockerMachinePool is not measured on the stub tier: its DockerMachine needs a DockerCluster, " +
 				"whose load balancer forwards to control-plane containers, and its nodes join over kind's network, " +
@@ -115,7 +135,7 @@ func TestBench(t *testing.T) {
 	rollout := framework.BenchSetting("BENCH_ROLLOUT", 20)
 	for _, n := range sizes {
 		t.Run(fmt.Sprintf("scale-up-%d", n), func(t *testing.T) {
-			results.Comparisons = append(results.Comparisons, benchScaleUp(t, n, n == rollout)...)
+			results.Comparisons = append(results.Comparisons, benchScaleUp(t, n, n == rollout, pairs)...)
 		})
 	}
 	t.Run("gate-reopen", func(t *testing.T) {
@@ -154,36 +174,89 @@ const (
 	poolReady         = "MachinePool ready"
 )
 
-// benchScaleUp scales a CAPDMP pool from 0 to n and the engine alone runs n nodes with the same
-// image and bootstrap data; with rollout, both then replace their n nodes with nodes of the next
-// version.
-func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
+// samples are the figures of interleaved pairs, by figure in the order first measured.
+type samples struct {
+	figures []string
+	capdmp  map[string][]time.Duration
+	engine  map[string][]time.Duration
+}
+
+func (s *samples) add(figure string, capdmp, engine time.Duration) {
+	if s.capdmp == nil {
+		s.capdmp, s.engine = map[string][]time.Duration{}, map[string][]time.Duration{}
+	}
+	if _, ok := s.capdmp[figure]; !ok {
+		s.figures = append(s.figures, figure)
+	}
+	s.capdmp[figure] = append(s.capdmp[figure], capdmp)
+	s.engine[figure] = append(s.engine[figure], engine)
+}
+
+// benchScaleUp runs pairs rounds, each on a cluster of its own: a CAPDMP pool scales from 0 to n
+// and the engine alone runs n nodes with the same image and bootstrap data; with rollout, both
+// then replace their n nodes with nodes of the next version, with maxSurge 1 and then 5. In each
+// figure the two systems run one after the other, and which goes first alternates from one round
+// to the next, so that neither is always measured on a machine the other just warmed or loaded.
+func benchScaleUp(t *testing.T, n int, rollout bool, pairs int) []comparison {
+	t.Helper()
+	var all samples
+	for p := range pairs {
+		t.Run(fmt.Sprintf("pair-%d", p), func(t *testing.T) { benchScaleUpPair(t, n, rollout, p%2 == 1, &all) })
+	}
+	out := make([]comparison, 0, len(all.figures))
+	for _, f := range all.figures {
+		out = append(out, compare(f, all.capdmp[f], all.engine[f]))
+	}
+	return out
+}
+
+// benchScaleUpPair is one round of benchScaleUp; engineFirst runs the engine alone first in
+// each figure.
+func benchScaleUpPair(t *testing.T, n int, rollout, engineFirst bool, all *samples) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := newTestCluster(t, clusterOptions{controlPlaneVersion: v131, poolVersion: v131, replicas: 0})
 	data := waitForBootstrapData(t, c)
-	baseline := framework.EngineBaseline{Engine: engine, Network: container.HostNetwork, Concurrency: benchConcurrency, Labels: map[string]string{benchLabel: "engine"}}
+	baseline := framework.EngineBaseline{
+		Engine: engine, Network: container.HostNetwork, Concurrency: benchConcurrency,
+		CreateConcurrency: controllers.DefaultMaxConcurrentCreates, Labels: map[string]string{benchLabel: "engine"},
+	}
 	removeBaseline := func() { g.Expect(baseline.Remove(ctx, testEnv.Workload.Client)).To(Succeed()) }
 	t.Cleanup(removeBaseline)
+	// inOrder runs the two systems of a figure in the round's order.
+	inOrder := func(capdmp, engine func()) {
+		if engineFirst {
+			engine()
+			capdmp()
+			return
+		}
+		capdmp()
+		engine()
+	}
 
 	old := framework.NodeNames(n)
-	engineScale, err := baseline.MakeNodes(ctx, data, stubnode.Image(v131), old, nil)
-	g.Expect(err).ToNot(HaveOccurred(), "the engine alone")
+	var engineScale framework.Milestones
 	capdmpScale := newMilestones()
-	c.setReplicas(int32(n))
-	watchPool(t, c, n, v131, capdmpScale, 5*time.Minute)
-
+	inOrder(func() {
+		capdmpScale = newMilestones()
+		c.setReplicas(int32(n))
+		watchPool(t, c, n, v131, capdmpScale, 5*time.Minute)
+	}, func() {
+		registered := watchEngineNodes(t, old, v131)
+		var err error
+		engineScale, err = baseline.MakeNodes(ctx, data, stubnode.Image(v131), old, nil)
+		g.Expect(err).ToNot(HaveOccurred(), "the engine alone")
+		engineScale.Joined = registered()
+	})
 	scale := fmt.Sprintf("scale 0->%d", n)
-	out := []comparison{
-		compare(scale+": containers running", capdmpScale.at(containersRunning), engineScale.Running),
-		compare(scale+": Nodes registered", capdmpScale.at(nodesRegistered), engineScale.Joined),
-		compare(scale+": MachinePool ready", capdmpScale.at(poolReady), 0),
-	}
+	all.add(scale+": containers running", capdmpScale.at(containersRunning), engineScale.Running)
+	all.add(scale+": Nodes registered", capdmpScale.at(nodesRegistered), engineScale.Joined)
+	all.add(scale+": MachinePool ready", capdmpScale.at(poolReady), 0)
 	if rollout {
-		// The default strategy (one at a time), then maxSurge as many as the engine makes at once.
-		// The engine replaces at the same pace: no more new nodes ahead of the removals than the
-		// pool's maxSurge.
+		// The default strategy (one at a time), then maxSurge as many as the machines bootstrap at
+		// once. The engine replaces at the same pace: no more new nodes ahead of the removals than
+		// the pool's maxSurge.
 		for _, step := range []struct {
 			version  string
 			maxSurge *intstr.IntOrString
@@ -193,43 +266,119 @@ func benchScaleUp(t *testing.T, n int, rollout bool) []comparison {
 			if step.maxSurge != nil {
 				baseline.MaxSurge = step.maxSurge.IntValue()
 			}
-			engineRollout, err := baseline.MakeNodes(ctx, data, stubnode.Image(step.version), next, func(i int) error {
-				return baseline.RemoveNode(ctx, testEnv.Workload.Client, old[i])
-			})
-			g.Expect(err).ToNot(HaveOccurred(), "the engine alone, rollout to %s", step.version)
-			old = next
-			pool := &infrav1.DockerMachinePool{}
-			c.update(c.key(), pool, func() { pool.Spec.Strategy.RollingUpdate.MaxSurge = step.maxSurge })
+			var engineRollout framework.Milestones
 			capdmpRollout := newMilestones()
-			c.setControlPlaneStatus(step.version)
-			mp := &clusterv1.MachinePool{}
-			c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = step.version })
-			watchPool(t, c, n, step.version, capdmpRollout, 10*time.Minute)
+			inOrder(func() {
+				pool := &infrav1.DockerMachinePool{}
+				c.update(c.key(), pool, func() { pool.Spec.Strategy.RollingUpdate.MaxSurge = step.maxSurge })
+				capdmpRollout = newMilestones()
+				c.setControlPlaneStatus(step.version)
+				mp := &clusterv1.MachinePool{}
+				c.update(c.key(), mp, func() { mp.Spec.Template.Spec.Version = step.version })
+				watchPool(t, c, n, step.version, capdmpRollout, 10*time.Minute)
+			}, func() {
+				registered := watchEngineNodes(t, next, step.version)
+				var err error
+				engineRollout, err = baseline.MakeNodes(ctx, data, stubnode.Image(step.version), next, func(i int) error {
+					return baseline.RemoveNode(ctx, testEnv.Workload.Client, old[i])
+				})
+				g.Expect(err).ToNot(HaveOccurred(), "the engine alone, rollout to %s", step.version)
+				engineRollout.Joined = registered()
+			})
+			old = next
 			what := fmt.Sprintf("rollout of %d, maxSurge 1 (default)", n)
 			if step.maxSurge != nil {
 				what = fmt.Sprintf("rollout of %d, maxSurge %s", n, step.maxSurge)
 			}
-			out = append(out,
-				compare(what+": Nodes registered", capdmpRollout.at(nodesRegistered), engineRollout.Joined),
-				compare(what+": old nodes removed", capdmpRollout.at(poolReady), engineRollout.Done))
+			all.add(what+": Nodes registered", capdmpRollout.at(nodesRegistered), engineRollout.Joined)
+			all.add(what+": old nodes removed", capdmpRollout.at(poolReady), engineRollout.Done)
 		}
 	}
 	removeBaseline()
 	// Scaled down before the Cluster goes, so that its deletion fits the cleanup's wait.
 	c.setReplicas(0)
 	g.Eventually(func(g Gomega) { g.Expect(c.containers()).To(BeEmpty()) }, 5*time.Minute, time.Second).Should(Succeed())
-	return out
+	c.cleanup()
 }
 
-// compare is a figure of CAPDMP beside the engine's; an engine time of 0 is not measured.
-func compare(figure string, capdmp, engine time.Duration) comparison {
-	c := comparison{Figure: figure, Seconds: map[string]float64{"capdmp": capdmp.Seconds()}}
-	if engine > 0 {
-		c.Seconds["engine"] = engine.Seconds()
-		c.Ratio = capdmp.Seconds() / engine.Seconds()
+// watchEngineNodes looks, as watchPool does for CAPDMP's (every benchPoll, from now), for the
+// moment every one of the engine's nodes has its Node of version registered; the returned
+// function waits for it and returns how long it took. The engine's own end of a bootstrap is
+// later: the stub kubeadm registers the Node before its last steps.
+func watchEngineNodes(t *testing.T, names []string, version string) func() time.Duration {
+	t.Helper()
+	start := time.Now()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var at time.Duration
+	done := make(chan error, 1)
+	go func() {
+		for {
+			list := &corev1.NodeList{}
+			if err := testEnv.Workload.Client.List(context.Background(), list); err != nil {
+				done <- err
+				return
+			}
+			registered := 0
+			for _, node := range list.Items {
+				if want[node.Name] && node.Status.NodeInfo.KubeletVersion == version {
+					registered++
+				}
+			}
+			if registered == len(names) {
+				at = time.Since(start)
+				done <- nil
+				return
+			}
+			if time.Since(start) > 10*time.Minute {
+				done <- fmt.Errorf("%d of the engine's %d Nodes of %s registered in 10m", registered, len(names), version)
+				return
+			}
+			time.Sleep(benchPoll)
+		}
+	}()
+	return func() time.Duration {
+		NewWithT(t).Expect(<-done).To(Succeed())
+		return at
+	}
+}
+
+// compare is a figure of CAPDMP beside the engine's over interleaved pairs: each system's median,
+// and the median and spread of the pairs' ratios. An engine time of 0 is not measured.
+func compare(figure string, capdmp, engine []time.Duration) comparison {
+	c := comparison{Figure: figure, Pairs: len(capdmp), Seconds: map[string]float64{}, Samples: map[string][]float64{}}
+	for i, d := range capdmp {
+		c.Samples["capdmp"] = append(c.Samples["capdmp"], d.Seconds())
+		if i < len(engine) && engine[i] > 0 {
+			c.Samples["engine"] = append(c.Samples["engine"], engine[i].Seconds())
+			c.Ratios = append(c.Ratios, d.Seconds()/engine[i].Seconds())
+		}
+	}
+	c.Seconds["capdmp"] = median(c.Samples["capdmp"])
+	if len(c.Ratios) == len(capdmp) && len(c.Ratios) > 0 {
+		c.Seconds["engine"] = median(c.Samples["engine"])
+		c.Ratio = median(c.Ratios)
+		c.RatioMin, c.RatioMax = slices.Min(c.Ratios), slices.Max(c.Ratios)
+	} else {
+		delete(c.Samples, "engine")
+		c.Ratios = nil
 	}
 	printComparison(c)
 	return c
+}
+
+// median is the middle value, or the mean of the two middle values.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // waitForBootstrapData waits for the MachinePool's bootstrap data and reads it.
@@ -286,11 +435,13 @@ func versionLabel(g Gomega, version string) string {
 	return l
 }
 
+// printComparison prints the medians, and the median ratio with the pairs' spread.
 func printComparison(c comparison) {
 	line := fmt.Sprintf("bench: %-62s capdmp %7.2fs", c.Figure, c.Seconds["capdmp"])
 	if e, ok := c.Seconds["engine"]; ok {
-		line += fmt.Sprintf("  engine %7.2fs  capdmp/engine %.2f", e, c.Ratio)
+		line += fmt.Sprintf("  engine %7.2fs  capdmp/engine %.2f (%.2f-%.2f)", e, c.Ratio, c.RatioMin, c.RatioMax)
 	}
+	line += fmt.Sprintf("  median of %d", c.Pairs)
 	fmt.Println(line)
 }
 
@@ -422,8 +573,8 @@ func writeBenchResults(t *testing.T, r benchResults) {
 	fmt.Printf("bench: wrote %s and chart.svg\n", filepath.Join(framework.BenchDir(), "results.json"))
 }
 
-// benchChart draws the comparisons as horizontal bars, CAPDMP's beside the engine's, each with
-// its ratio.
+// benchChart draws the comparisons as horizontal bars, each system's median seconds, CAPDMP's
+// beside the engine's, each with its median ratio and the pairs' spread.
 func benchChart(r benchResults) []byte {
 	const (
 		left, barHeight, gap, width = 360, 14, 12, 380
@@ -441,7 +592,7 @@ func benchChart(r benchResults) []byte {
 	height := 60 + len(r.Comparisons)*rowHeight
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+140, height)
-	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14">CAPDMP beside the Docker engine alone (seconds, %s, %d CPUs, commit %s)</text>`+"\n", r.Date[:10], r.CPUs, r.Commit)
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14">CAPDMP beside the Docker engine alone (median seconds of %d pairs, %s, %d CPUs, commit %s)</text>`+"\n", r.Pairs, r.Date[:10], r.CPUs, r.Commit)
 	fmt.Fprintf(&b, `<rect x="10" y="32" width="12" height="12" fill="#326ce5"/><text x="28" y="43">CAPDMP</text><rect x="100" y="32" width="12" height="12" fill="#999"/><text x="118" y="43">engine alone</text>`+"\n")
 	for i, c := range r.Comparisons {
 		y := 56 + i*rowHeight
@@ -458,7 +609,8 @@ func benchChart(r benchResults) []byte {
 				left, by, max(w, 1), barHeight-2, color, left+w+4, by+barHeight-3, s)
 		}
 		if c.Ratio > 0 {
-			fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%.2fx</text>`+"\n", left+width+80, y+barHeight+4, c.Ratio)
+			fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%.2fx</text><text x="%d" y="%d" font-size="10">%.2f-%.2f</text>`+"\n",
+				left+width+80, y+barHeight, c.Ratio, left+width+80, y+2*barHeight, c.RatioMin, c.RatioMax)
 		}
 	}
 	b.WriteString("</svg>\n")
