@@ -110,8 +110,10 @@ func TestConfigurationRollout(t *testing.T) {
 			for _, c := range rt.Containers() {
 				g.Expect(c.Labels).To(HaveKeyWithValue(infrav1.BootstrapConfigurationLabel, current), "container %s", c.Name)
 			}
-			for _, i := range pool.Status.Instances {
-				g.Expect(i.BootstrapConfiguration).To(Equal(current), "instance %s", i.InstanceName)
+			machines := &infrav1.DockerMachinePoolMachineList{}
+			g.Expect(r.Client.List(context.Background(), machines)).To(Succeed())
+			for _, m := range machines.Items {
+				g.Expect(m.Labels).To(HaveKeyWithValue(infrav1.BootstrapConfigurationLabel, current), "DockerMachinePoolMachine %s", m.Name)
 			}
 			g.Expect(most).To(Equal(desired+1), "maxSurge 1 by default")
 			g.Expect(leastReady).To(Equal(desired), "maxUnavailable 0 by default")

@@ -32,29 +32,17 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope, reconcileErr er
 		return nil
 	}
 
+	// Per-container state lives on each DockerMachinePoolMachine; the pool carries only what the
+	// MachinePool contract asks: counts and the ready containers' provider IDs.
 	active := s.active()
 	var ready int32
-	instances := make([]infrav1.DockerMachinePoolInstanceStatus, 0, len(active))
 	providerIDs := make([]string, 0, len(active))
 	for _, i := range active {
-		st := infrav1.DockerMachinePoolInstanceStatus{
-			InstanceName:           i.name(),
-			ProviderID:             providerID(i.name()),
-			Version:                i.version(),
-			Ready:                  i.ready(),
-			BootstrapDataHash:      i.container.Labels[infrav1.BootstrapDataHashLabel],
-			BootstrapConfiguration: i.configuration(),
-		}
-		if i.machine != nil {
-			st.Addresses = i.machine.Status.Addresses
-		}
-		if st.Ready {
+		if i.ready() {
 			ready++
-			providerIDs = append(providerIDs, st.ProviderID)
+			providerIDs = append(providerIDs, providerID(i.name()))
 		}
-		instances = append(instances, st)
 	}
-	pool.Status.Instances = instances
 	pool.Status.Replicas = ptr.To(int32(len(active)))
 	pool.Status.ReadyReplicas = ptr.To(ready)
 	pool.Spec.ProviderIDList = providerIDs

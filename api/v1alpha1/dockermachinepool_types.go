@@ -6,7 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
 // DefaultBootstrapTimeout is the bootstrap timeout of a container when spec.template.bootstrapTimeout
@@ -174,12 +173,9 @@ type DockerMachinePoolStatus struct {
 	// +optional
 	ReadyReplicas *int32 `json:"readyReplicas,omitempty"`
 
-	// instances describes each container of the pool.
-	// +optional
-	// +listType=map
-	// +listMapKey=instanceName
-	// +kubebuilder:validation:MaxItems=10000
-	Instances []DockerMachinePoolInstanceStatus `json:"instances,omitempty"`
+	// The pool keeps no per-container list: each container's state (version, bootstrap
+	// configuration, addresses, provisioned) is on its DockerMachinePoolMachine, so the pool
+	// stays small at 10,000 containers (status.instances was removed in v1alpha1, issue 37).
 
 	// infrastructureMachineKind is DockerMachinePoolMachine: every container is also a Machine.
 	// +optional
@@ -290,47 +286,6 @@ type DockerMachinePoolVersionGateStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	BootstrapDataHashAtPause string `json:"bootstrapDataHashAtPause,omitempty"`
-}
-
-// DockerMachinePoolInstanceStatus describes one container of a pool.
-type DockerMachinePoolInstanceStatus struct {
-	// instanceName is the name of the container and of its DockerMachinePoolMachine.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	InstanceName string `json:"instanceName"`
-
-	// providerID is the provider ID of the container.
-	// +optional
-	// +kubebuilder:validation:MaxLength=512
-	ProviderID string `json:"providerID,omitempty"`
-
-	// version is the Kubernetes version the container runs.
-	// +optional
-	// +kubebuilder:validation:MaxLength=256
-	Version string `json:"version,omitempty"`
-
-	// ready is true when the container runs and has been bootstrapped.
-	// +optional
-	Ready bool `json:"ready,omitempty"`
-
-	// bootstrapDataHash is the sha256 of the bootstrap data the container was created with.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	BootstrapDataHash string `json:"bootstrapDataHash,omitempty"`
-
-	// bootstrapConfiguration identifies the configuration the container was bootstrapped with
-	// (the data it was created for until its bootstrap starts); a container whose configuration
-	// differs from status.bootstrapData.configuration is replaced.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	BootstrapConfiguration string `json:"bootstrapConfiguration,omitempty"`
-
-	// addresses of the container.
-	// +optional
-	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=32
-	Addresses []clusterv1.MachineAddress `json:"addresses,omitempty"`
 }
 
 // DockerMachinePoolBootstrapDataStatus is what the pool last read of the MachinePool's bootstrap

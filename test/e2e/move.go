@@ -148,7 +148,7 @@ func MoveSpec(ctx context.Context, inputGetter func() MoveSpecInput) {
 	})
 }
 
-// clusterMachines names a cluster's Machines and its DockerMachinePools' instances, sorted: a
+// clusterMachines names a cluster's Machines and its DockerMachinePoolMachines, sorted: a
 // rollout changes them, a move must not.
 type clusterMachines struct {
 	machines  []string
@@ -165,14 +165,13 @@ func machinesOf(ctx context.Context, c client.Client, cluster *clusterv1.Cluster
 	for _, machine := range machines.Items {
 		m.machines = append(m.machines, machine.Name)
 	}
-	pools := &infrav1.DockerMachinePoolList{}
-	if err := c.List(ctx, pools, ofCluster...); err != nil {
+	// Each container of a pool has its DockerMachinePoolMachine, named as the container.
+	poolMachines := &infrav1.DockerMachinePoolMachineList{}
+	if err := c.List(ctx, poolMachines, ofCluster...); err != nil {
 		return m, err
 	}
-	for _, p := range pools.Items {
-		for _, i := range p.Status.Instances {
-			m.instances = append(m.instances, i.InstanceName)
-		}
+	for _, pm := range poolMachines.Items {
+		m.instances = append(m.instances, pm.Name)
 	}
 	slices.Sort(m.machines)
 	slices.Sort(m.instances)
