@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -176,7 +177,7 @@ func (p *steadyPool) reconcile(b *testing.B) {
 // BenchmarkNoChangeReconcile measures a reconcile of a pool that is already as desired, at
 // several sizes: ns/instance compared between sizes shows how the cost grows.
 func BenchmarkNoChangeReconcile(b *testing.B) {
-	for _, n := range []int{10, 100, 1000, 5000} {
+	for _, n := range []int{10, 100, 1000, 5000, 10000} {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
 			p := newSteadyPool(b, n)
 			b.ReportAllocs()
@@ -200,9 +201,58 @@ func BenchmarkNoChangeReconcile(b *testing.B) {
 	}
 }
 
+// maxObjectBytes is the size a pool's objects must stay under (issue 37): etcd refuses a request
+// over 1.5 MiB, and an object near it cannot grow by a single update.
+const maxObjectBytes = 1 << 20
+
+// BenchmarkPoolObjectSize measures the JSON size of a steady pool's DockerMachinePool, as read
+// back from the API, and of its MachinePool once Cluster API copied spec.providerIDList there,
+// at 1,000, 5,000 and 10,000 ready instances. It fails when either passes 1 MiB.
+func BenchmarkPoolObjectSize(b *testing.B) {
+	for _, n := range []int{1000, 5000, 10000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			p := newSteadyPool(b, n)
+			var poolBytes, machinePoolBytes int
+			for b.Loop() {
+				pool := &infrav1.DockerMachinePool{}
+				if err := p.r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool); err != nil {
+					b.Fatalf("reading the pool back: %v", err)
+				}
+				if got := len(pool.Spec.ProviderIDList); got != n {
+					b.Fatalf("the pool of %d ready instances lists %d provider IDs", n, got)
+				}
+				mp := &clusterv1.MachinePool{}
+				if err := p.r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: "mp"}, mp); err != nil {
+					b.Fatalf("reading the MachinePool back: %v", err)
+				}
+				// Cluster API's MachinePool controller copies the list (and counts it in status).
+				mp.Spec.ProviderIDList = pool.Spec.ProviderIDList
+				poolBytes, machinePoolBytes = jsonSize(b, pool), jsonSize(b, mp)
+			}
+			b.ReportMetric(float64(poolBytes), "pool-bytes")
+			b.ReportMetric(float64(machinePoolBytes), "machinepool-bytes")
+			b.ReportMetric(float64(poolBytes)/float64(n), "pool-bytes/instance")
+			for what, size := range map[string]int{"DockerMachinePool": poolBytes, "MachinePool": machinePoolBytes} {
+				if size > maxObjectBytes {
+					b.Errorf("the %s of %d instances is %d bytes, over %d", what, n, size, maxObjectBytes)
+				}
+			}
+		})
+	}
+}
+
+func jsonSize(b *testing.B, obj any) int {
+	b.Helper()
+	data, err := json.Marshal(obj)
+	if err != nil {
+		b.Fatalf("encoding %T: %v", obj, err)
+	}
+	return len(data)
+}
+
 // BenchmarkPoolMemory1000 measures the live heap (HeapAlloc after a GC) that a steady pool of
 // 1000 instances adds over an empty pool: the fake client's objects (1000 DockerMachinePoolMachines,
-// 1000 Machines, the pool's status with 1000 instances), the fake runtime's 1000 containers and
+// 1000 Machines, the pool with 1000 provider IDs), the fake runtime's 1000 containers and
 // the reconciler, after a no-change reconcile. It is not a real manager's memory: there the
 // informer cache holds the objects (typed, without the fake client's tracker overhead), and the
 // reconcile's scope, which lives only during a reconcile, shows up in
