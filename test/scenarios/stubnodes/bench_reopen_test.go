@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,12 +148,7 @@ func gateReopenProofTrial(t *testing.T, statusDelay time.Duration) reopenProofHo
 			t.Fatal("no destroy event for the old control-plane container")
 		}
 	}
-	dm := &unstructured.Unstructured{}
-	dm.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta2")
-	dm.SetKind("DockerMachine")
-	g.Expect(c.management.Get(ctx, old, dm)).To(Succeed())
-	dm.SetFinalizers(nil)
-	g.Expect(c.management.Update(ctx, dm)).To(Succeed())
+	g.Expect(releaseHold(ctx, c.management, old)).To(Succeed())
 	infraGone := time.Now()
 
 	statusAt := destroyed.Add(statusDelay)
@@ -203,14 +199,23 @@ func gateReopenProofTrial(t *testing.T, statusDelay time.Duration) reopenProofHo
 
 	// Let the new control-plane Machine go with the Cluster.
 	newKey := client.ObjectKey{Namespace: c.namespace, Name: c.name + "-cp-new"}
-	newDM := &unstructured.Unstructured{}
-	newDM.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta2")
-	newDM.SetKind("DockerMachine")
-	g.Expect(c.management.Get(ctx, newKey, newDM)).To(Succeed())
-	newDM.SetFinalizers(nil)
-	g.Expect(c.management.Update(ctx, newDM)).To(Succeed())
+	g.Expect(releaseHold(ctx, c.management, newKey)).To(Succeed())
 	c.cleanup()
 	return hops
+}
+
+// releaseHold removes the trial's finalizer from a DockerMachine with a merge patch: Cluster
+// API's Machine controller writes the object too (owner references), so an update would conflict.
+func releaseHold(ctx context.Context, c client.Client, key client.ObjectKey) error {
+	dm := &unstructured.Unstructured{}
+	dm.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta2")
+	dm.SetKind("DockerMachine")
+	dm.SetNamespace(key.Namespace)
+	dm.SetName(key.Name)
+	if err := c.Patch(ctx, dm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		return fmt.Errorf("removing the hold finalizer of DockerMachine %s: %w", key, err)
+	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
