@@ -32,8 +32,6 @@ import (
 const (
 	dockerMachineGroup = "infrastructure.cluster.x-k8s.io"
 	dockerMachineKind  = "DockerMachine"
-	// kindControlPlaneRole is the role kind and CAPD label control-plane node containers with.
-	kindControlPlaneRole = "control-plane"
 	// goneMachineRecheck is how soon a pool waiting for its control plane looks again while one
 	// of its control-plane machines is being deleted and not proven gone yet: the events that
 	// wake it (the Machine's, the engine's) may come before the last piece of proof.
@@ -128,7 +126,7 @@ func (r *DockerMachinePoolReconciler) controlPlaneWithoutGoneMachines(ctx contex
 		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}, client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
 		return cp, nil, false, pkgerrors.Wrapf(err, "failed to list the control-plane Machines of Cluster %s", klog.KObj(cluster))
 	}
-	containers, err := r.Runtime.List(ctx, map[string]string{container.KindClusterLabel: cluster.Name, container.KindRoleLabel: kindControlPlaneRole})
+	containers, err := r.Runtime.List(ctx, map[string]string{container.KindClusterLabel: cluster.Name, container.KindRoleLabel: container.KindControlPlaneRole})
 	if err != nil {
 		return cp, nil, false, pkgerrors.Wrapf(err, "failed to list the control-plane containers of Cluster %s", klog.KObj(cluster))
 	}
@@ -263,7 +261,7 @@ func (r *DockerMachinePoolReconciler) watchControlPlaneContainers(watcher contai
 		go func() {
 			since := time.Now()
 			for ctx.Err() == nil {
-				changes, errs := watcher.Watch(ctx, map[string]string{container.KindRoleLabel: kindControlPlaneRole}, since)
+				changes, errs := watcher.Watch(ctx, map[string]string{container.KindRoleLabel: container.KindControlPlaneRole}, since)
 				for e := range changes {
 					since = e.At
 					if e.Action != "destroy" {

@@ -50,7 +50,7 @@ func dockerMachine(name string) *unstructured.Unstructured {
 // controlPlaneContainer is the container CAPD runs a control-plane Machine in.
 func controlPlaneContainer(machine string) container.Container {
 	return container.Container{Name: dockerMachineContainerName(testCluster, machine), Running: true,
-		Labels: map[string]string{container.KindClusterLabel: testCluster, container.KindRoleLabel: kindControlPlaneRole}}
+		Labels: map[string]string{container.KindClusterLabel: testCluster, container.KindRoleLabel: container.KindControlPlaneRole}}
 }
 
 // TestVersionGateControlPlaneMachinesGone: a pool waiting for its control plane re-opens once

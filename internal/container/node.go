@@ -12,6 +12,8 @@ const (
 	KindRoleLabel = "io.x-k8s.kind.role"
 	// KindWorkerRole is the role of every MachinePool node: pools never host control planes.
 	KindWorkerRole = "worker"
+	// KindControlPlaneRole is the role kind and CAPD label control-plane node containers with.
+	KindControlPlaneRole = "control-plane"
 
 	// kindStopSignal makes systemd, PID 1 of a kind node, shut down cleanly (kindest/node's STOPSIGNAL).
 	kindStopSignal = "SIGRTMIN+3"

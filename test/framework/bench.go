@@ -3,11 +3,14 @@ package framework
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
@@ -50,4 +53,30 @@ func Commit() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// Quantiles summarize a bench's trials in milliseconds: the median, the 95th percentile (nearest
+// rank), the largest and every trial, sorted.
+type Quantiles struct {
+	MedianMs float64   `json:"medianMs"`
+	P95Ms    float64   `json:"p95Ms"`
+	MaxMs    float64   `json:"maxMs"`
+	AllMs    []float64 `json:"allMs"`
+}
+
+// QuantilesOf summarizes ds; it is zero when ds is empty.
+func QuantilesOf(ds []time.Duration) Quantiles {
+	ms := make([]float64, 0, len(ds))
+	for _, d := range ds {
+		ms = append(ms, float64(d.Microseconds())/1000)
+	}
+	if len(ms) == 0 {
+		return Quantiles{}
+	}
+	slices.Sort(ms)
+	rank := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(ms)))) - 1
+		return ms[max(0, min(i, len(ms)-1))]
+	}
+	return Quantiles{MedianMs: rank(0.5), P95Ms: rank(0.95), MaxMs: ms[len(ms)-1], AllMs: ms}
 }

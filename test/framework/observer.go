@@ -105,7 +105,7 @@ func (o *observer) Observe(ctx context.Context) (conformance.Sample, error) {
 	poolNames := map[string]bool{}
 	for _, n := range nodes {
 		switch {
-		case n.Labels[container.KindRoleLabel] == "control-plane":
+		case n.Labels[container.KindRoleLabel] == container.KindControlPlaneRole:
 			controlPlane = append(controlPlane, n)
 		case n.Labels[infrav1.PoolNameLabel] == o.c.Pool:
 			s.Instances = append(s.Instances, versionOfLabel(n.Labels[infrav1.KubernetesVersionLabel]))

@@ -109,7 +109,7 @@ func gateReopenProofTrial(t *testing.T, statusDelay time.Duration) reopenProofHo
 		}
 		g.Expect(c.management.Create(ctx, m)).To(Succeed())
 		_, err := c.engine.Create(ctx, container.Spec{Name: name, Image: nodeImage,
-			Labels: map[string]string{container.KindClusterLabel: c.name, container.KindRoleLabel: "control-plane"}})
+			Labels: map[string]string{container.KindClusterLabel: c.name, container.KindRoleLabel: container.KindControlPlaneRole}})
 		g.Expect(err).ToNot(HaveOccurred())
 		t.Cleanup(func() { _ = c.engine.Delete(context.Background(), name) })
 	}
@@ -119,7 +119,7 @@ func gateReopenProofTrial(t *testing.T, statusDelay time.Duration) reopenProofHo
 	g.Eventually(func() string { return c.pool().Status.VersionGate.WaitingReason }, 30*time.Second, benchPoll).Should(Equal(string(skew.ControlPlaneOlder)))
 
 	poolChanges, poolErrs := c.engine.Watch(ctx, map[string]string{infrav1.ClusterNameLabel: c.name, infrav1.KubernetesVersionLabel: versionLabel(g, v132)}, time.Now())
-	cpChanges, cpErrs := c.engine.Watch(ctx, map[string]string{container.KindClusterLabel: c.name, container.KindRoleLabel: "control-plane"}, time.Now())
+	cpChanges, cpErrs := c.engine.Watch(ctx, map[string]string{container.KindClusterLabel: c.name, container.KindRoleLabel: container.KindControlPlaneRole}, time.Now())
 	// The engine's event streams are set up when their first byte comes; give them a moment.
 	time.Sleep(200 * time.Millisecond)
 
