@@ -1,10 +1,10 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -120,8 +120,12 @@ func (r *DockerMachinePoolReconciler) readDeletionMarks(ctx context.Context, s *
 
 // deletionOrder sorts instances by which should go first: marked for deletion, replaceable,
 // outdated, not ready, then newest.
+// Each instance is ranked once: the sort compares O(n log n) times.
 func (s *poolScope) deletionOrder(in []*instance) []*instance {
-	out := append([]*instance(nil), in...)
+	type ranked struct {
+		i    *instance
+		rank int
+	}
 	rank := func(i *instance) int {
 		switch {
 		case i.markedForDeletion():
@@ -136,13 +140,20 @@ func (s *poolScope) deletionOrder(in []*instance) []*instance {
 			return 4
 		}
 	}
-	sort.SliceStable(out, func(a, b int) bool {
-		ra, rb := rank(out[a]), rank(out[b])
-		if ra != rb {
-			return ra < rb
+	order := make([]ranked, len(in))
+	for n, i := range in {
+		order[n] = ranked{i: i, rank: rank(i)}
+	}
+	slices.SortStableFunc(order, func(a, b ranked) int {
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
+			return c
 		}
-		return out[a].container.CreatedAt.After(out[b].container.CreatedAt)
+		return b.i.container.CreatedAt.Compare(a.i.container.CreatedAt)
 	})
+	out := make([]*instance, len(order))
+	for n, r := range order {
+		out[n] = r.i
+	}
 	return out
 }
 

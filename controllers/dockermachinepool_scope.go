@@ -67,6 +67,20 @@ type instance struct {
 	// removalRequested is true once this reconcile asked for its removal: the objects read
 	// before do not show it yet.
 	removalRequested bool
+
+	// recorded memoizes recordedVersion: a container's labels do not change while a reconcile
+	// holds it, and a reconcile asks for the version of each instance many times.
+	recorded *memoVersion
+	// kubelet memoizes the canonical form of the machine's NodeKubeletVersion, for the value it
+	// was computed from.
+	kubelet *memoVersion
+}
+
+// memoVersion is a version parsed once: from, what it was parsed from; version and err, the result.
+type memoVersion struct {
+	from    string
+	version string
+	err     error
 }
 
 // creationPlan says how many containers scale-up creates and of which image.
@@ -113,8 +127,13 @@ func (i *instance) version() string {
 // machine recorded it, else the version recorded on the container.
 func (i *instance) runningVersion() (string, error) {
 	if i.machine != nil && i.machine.Status.NodeKubeletVersion != "" {
-		if v, err := skew.CanonicalVersion(i.machine.Status.NodeKubeletVersion); err == nil {
-			return v, nil
+		kubelet := i.machine.Status.NodeKubeletVersion
+		if i.kubelet == nil || i.kubelet.from != kubelet {
+			v, err := skew.CanonicalVersion(kubelet)
+			i.kubelet = &memoVersion{from: kubelet, version: v, err: err}
+		}
+		if i.kubelet.err == nil {
+			return i.kubelet.version, nil
 		}
 	}
 	return i.recordedVersion()
@@ -122,6 +141,14 @@ func (i *instance) runningVersion() (string, error) {
 
 // recordedVersion reads the Kubernetes version recorded on the container, in canonical form.
 func (i *instance) recordedVersion() (string, error) {
+	if i.recorded == nil {
+		v, err := i.parseRecordedVersion()
+		i.recorded = &memoVersion{version: v, err: err}
+	}
+	return i.recorded.version, i.recorded.err
+}
+
+func (i *instance) parseRecordedVersion() (string, error) {
 	value, ok := i.container.Labels[infrav1.KubernetesVersionLabel]
 	if !ok {
 		return "", pkgerrors.Errorf("container %s has no %s label", i.name(), infrav1.KubernetesVersionLabel)
@@ -249,6 +276,9 @@ func (s *poolScope) outdated(i *instance) bool {
 	running, err := i.runningVersion()
 	if err != nil {
 		return false // counted by the gate as running no version; its image is the target
+	}
+	if running == s.targetVersion {
+		return false // one string, one release: the parse below is for forms that differ
 	}
 	same, err := skew.SameRelease(running, s.targetVersion)
 	return err != nil || !same
