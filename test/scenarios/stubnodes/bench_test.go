@@ -3,7 +3,9 @@
 package stubnodes
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,10 +40,10 @@ import (
 // when a system does not do what it is timed doing.
 
 // benchConcurrency is how many bootstraps the baseline starts at once: the machine reconciler's
-// MaxConcurrentReconciles in runManager (5; the shipped manager's default is 10). The baseline
+// workers in the same run (managerWorkers, 5; the shipped manager's default is 10). The baseline
 // creates as many containers at once as the pool does: controllers.DefaultMaxConcurrentCreates,
 // which runManager leaves as it ships.
-const benchConcurrency = 5
+const benchConcurrency = managerWorkers
 
 // benchPoll is how often the driver looks for a milestone.
 const benchPoll = 100 * time.Millisecond
@@ -563,9 +565,39 @@ func runGoBenchmarks(t *testing.T, pkg, bench, benchtime string) []costFigure {
 	return figures
 }
 
+// writeBenchResults writes r. With BENCH_APPEND=1 (a run split by -run into several), the
+// comparisons of the results.json already there that r does not have come first, so that the file
+// and the chart hold every part, with both parts' commits where they differ; the earlier part must
+// have run as many pairs.
 func writeBenchResults(t *testing.T, r benchResults) {
 	t.Helper()
 	g := NewWithT(t)
+	if framework.BenchSetting("BENCH_APPEND", 0) == 1 {
+		raw, err := os.ReadFile(filepath.Join(framework.BenchDir(), "results.json"))
+		g.Expect(err).ToNot(HaveOccurred(), "BENCH_APPEND=1: reading the earlier part")
+		var earlier benchResults
+		g.Expect(json.Unmarshal(raw, &earlier)).To(Succeed(), "BENCH_APPEND=1: reading the earlier part")
+		g.Expect(earlier.Pairs).To(Equal(r.Pairs), "BENCH_APPEND=1: the earlier part ran other pairs")
+		measured := map[string]bool{}
+		for _, c := range r.Comparisons {
+			measured[c.Figure] = true
+		}
+		var kept []comparison
+		for _, c := range earlier.Comparisons {
+			if !measured[c.Figure] {
+				kept = append(kept, c)
+			}
+		}
+		r.Comparisons = append(kept, r.Comparisons...)
+		r.Date = earlier.Date
+		if earlier.Commit != r.Commit {
+			r.Commit = earlier.Commit + " and " + r.Commit
+		}
+		r.GateReopen = cmp.Or(r.GateReopen, earlier.GateReopen)
+		if r.ScaleCost == nil {
+			r.ScaleCost = earlier.ScaleCost
+		}
+	}
 	out, err := framework.BenchJSON(r)
 	g.Expect(err).ToNot(HaveOccurred())
 	g.Expect(framework.WriteBenchFile("results.json", out)).To(Succeed())

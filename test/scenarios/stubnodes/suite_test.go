@@ -140,6 +140,8 @@ type managerConfig struct {
 	engine *container.Docker
 	// tokenTTL is CABPK's bootstrap token TTL; the suite's short one when zero.
 	tokenTTL time.Duration
+	// workers is every controller's MaxConcurrentReconciles; managerWorkers when zero.
+	workers int
 }
 
 // defaultManager: a short sync period, so that tests which remove containers by hand see them
@@ -162,6 +164,13 @@ func startManager(cfg managerConfig) error {
 	return nil
 }
 
+// managerWorkers is how many reconciles of each controller runManager's manager runs at once
+// (MaxConcurrentReconciles): 5 pools, 5 DockerMachinePoolMachines (bootstraps started), where the
+// shipped manager runs 10 of each (--dockermachinepool-concurrency,
+// --dockermachinepoolmachine-concurrency). Each pool creates controllers.DefaultMaxConcurrentCreates
+// containers at once, as shipped.
+const managerWorkers = 5
+
 // runManager runs a manager with Cluster API's reconcilers and CAPDMP's against a management API
 // server until the returned function stops it.
 func runManager(apiServer *apiserver.APIServer, cfg managerConfig) (func(), error) {
@@ -178,7 +187,7 @@ func runManager(apiServer *apiserver.APIServer, cfg managerConfig) (func(), erro
 		cancel()
 		return nil, err
 	}
-	opts := controller.Options{MaxConcurrentReconciles: 5, SkipNameValidation: ptr.To(true)}
+	opts := controller.Options{MaxConcurrentReconciles: cmp.Or(cfg.workers, managerWorkers), SkipNameValidation: ptr.To(true)}
 	secrets, err := kcpsetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		cancel()
