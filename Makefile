@@ -125,6 +125,12 @@ bench: envtest-binaries docker-engine ## CAPDMP beside the Docker engine alone, 
 	mkdir -p _artifacts/bench
 	cd $(TEST_MODULE) && go test -tags bench $(GO_TEST_FLAGS) -count=1 -v -run '^(TestBench|TestBenchGateReopenProof)$$' ./scenarios/stubnodes/ | tee $(ROOT)/_artifacts/bench/bench.log | grep -E '^(bench:|--- FAIL|FAIL|ok)'
 
+.PHONY: bench-pools
+bench-pools: envtest-binaries docker-engine ## Ten pools scaling at once beside one pool alone and the engine alone's creates, stub nodes: _artifacts/bench/results-pools.json
+	hack/host-packages.sh test
+	mkdir -p _artifacts/bench
+	cd $(TEST_MODULE) && go test -tags bench -timeout 40m -count=1 -v -run '^TestBenchPools$$' ./scenarios/stubnodes/ | tee $(ROOT)/_artifacts/bench/pools.log | grep -E '^(bench:|--- FAIL|FAIL|ok)'
+
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
@@ -161,6 +167,11 @@ bench-real: ## make bench on real nodes: skew violations of CAPDMP's and upstrea
 	@# with before a large scale-up is done (kubeadm then finds no JWS signature for it).
 	E2E_LOCAL_TOKEN_TTL=15m $(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='$(BENCH_REAL_RUN)' E2E_LOCAL_TAGS=e2e_local,bench E2E_LOCAL_TIMEOUT=120m \
 	  E2E_LOCAL_LOG=$(ROOT)/_artifacts/bench/real.log
+
+.PHONY: bench-apply
+bench-apply: ## From the apply of a cluster to every pool Node Ready, CAPDMP beside upstream CAPD, both at once on real nodes: _artifacts/bench/results-apply.json
+	E2E_LOCAL_TOKEN_TTL=15m $(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='^TestBenchApply$$' E2E_LOCAL_TAGS=e2e_local,bench \
+	  E2E_LOCAL_LOG=$(ROOT)/_artifacts/bench/apply.log
 
 E2E_LOCAL_TAGS ?= e2e_local
 
