@@ -127,7 +127,7 @@ func benchApply(t *testing.T, name string, upstream bool, version string, n int,
 			s.logf("%s: %s", system, what)
 		}
 	}
-	var workload client.Client
+	w := &applyWatch{cluster: c, version: version, n: n, hops: h, mark: mark}
 	progress := ""
 	s.logf("waiting for every pool Node Ready")
 	ctx, cancel := context.WithTimeout(s.ctx, applyBudget)
@@ -138,7 +138,7 @@ func benchApply(t *testing.T, name string, upstream bool, version string, n int,
 		last := time.Now()
 		for {
 			var err error
-			if progress, err = applyStep(ctx, c, version, n, h, mark, &workload); err != nil {
+			if progress, err = w.step(ctx); err != nil {
 				s.logf("%v", err)
 			}
 			if h.NodesReady > 0 {
@@ -165,8 +165,20 @@ func benchApply(t *testing.T, name string, upstream bool, version string, n int,
 	return r
 }
 
-// applyStep looks once at each hop that is not reached yet and returns where the cluster stands.
-func applyStep(ctx context.Context, c *framework.Cluster, version string, n int, h *applyHops, mark func(*float64, string), workload *client.Client) (string, error) {
+// applyWatch follows one cluster from apply to every pool Node Ready.
+type applyWatch struct {
+	cluster *framework.Cluster
+	version string
+	n       int
+	hops    *applyHops
+	mark    func(*float64, string)
+	// workload is built once the kubeconfig Secret exists.
+	workload client.Client
+}
+
+// step looks once at each hop that is not reached yet and returns where the cluster stands.
+func (w *applyWatch) step(ctx context.Context) (string, error) {
+	c, version, n, h, mark := w.cluster, w.version, w.n, w.hops, w.mark
 	cluster := &clusterv1.Cluster{}
 	if err := world.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, cluster); err != nil {
 		return "", fmt.Errorf("reading the Cluster: %w", err)
@@ -193,8 +205,8 @@ func applyStep(ctx context.Context, c *framework.Cluster, version string, n int,
 		return "", err
 	}
 	running := 0
-	for _, w := range workers {
-		if w.Running {
+	for _, worker := range workers {
+		if worker.Running {
 			running++
 		}
 	}
@@ -206,18 +218,18 @@ func applyStep(ctx context.Context, c *framework.Cluster, version string, n int,
 	if h.ControlPlaneInitialized == 0 {
 		return desc, nil
 	}
-	if *workload == nil {
+	if w.workload == nil {
 		cfg, err := c.WorkloadConfig(ctx)
 		if err != nil {
 			return desc, nil //nolint:nilerr // the kubeconfig Secret comes after the control plane's init
 		}
 		cfg.Timeout = 10 * time.Second
-		if *workload, err = client.New(cfg, client.Options{}); err != nil {
+		if w.workload, err = client.New(cfg, client.Options{}); err != nil {
 			return desc, err
 		}
 	}
 	nodes := &corev1.NodeList{}
-	if err := (*workload).List(ctx, nodes); err != nil {
+	if err := w.workload.List(ctx, nodes); err != nil {
 		return desc, fmt.Errorf("listing the workload cluster's Nodes: %w", err)
 	}
 	registered, readyNodes := 0, 0
