@@ -125,6 +125,14 @@ bench: envtest-binaries docker-engine ## CAPDMP beside the Docker engine alone, 
 	mkdir -p _artifacts/bench
 	cd $(TEST_MODULE) && go test -tags bench $(GO_TEST_FLAGS) -count=1 -v -run '^(TestBench|TestBenchGateReopenProof)$$' ./scenarios/stubnodes/ | tee $(ROOT)/_artifacts/bench/bench.log | grep -E '^(bench:|--- FAIL|FAIL|ok)'
 
+SCALE_SIZES ?= 1000,5000,10000
+SCALE_ROLLOUT_SIZES ?= 1000
+
+.PHONY: bench-scale
+bench-scale: envtest-binaries ## One pool of SCALE_SIZES instances on envtest and the fake runtime, Cluster API's core in-process: writes, bytes, reconciles, CPU, object sizes
+	mkdir -p _artifacts/bench
+	CAPDMP_SCALE_SIZES=$(SCALE_SIZES) CAPDMP_SCALE_ROLLOUT_SIZES=$(SCALE_ROLLOUT_SIZES) go test -run '^$$' -bench '^BenchmarkPoolScale$$' -benchtime 1x -timeout 180m -v . | tee _artifacts/bench/scale.log | grep -vE '^\s*>'
+
 .PHONY: bench-pools
 bench-pools: envtest-binaries docker-engine ## Ten pools scaling at once beside one pool alone and the engine alone's creates, stub nodes: _artifacts/bench/results-pools.json
 	hack/host-packages.sh test
