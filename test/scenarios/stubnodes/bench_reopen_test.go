@@ -40,10 +40,10 @@ type reopenProofResults struct {
 	Date   string `json:"date"`
 	Commit string `json:"commit"`
 	// StatusDelayMs is how long after the destroy the control plane's status was written.
-	StatusDelayMs float64           `json:"statusDelayMs"`
-	ToCreate      quantiles         `json:"toCreate"`
-	ToStart       quantiles         `json:"toStart"`
-	Trials        []reopenProofHops `json:"trials"`
+	StatusDelayMs float64             `json:"statusDelayMs"`
+	ToCreate      framework.Quantiles `json:"toCreate"`
+	ToStart       framework.Quantiles `json:"toStart"`
+	Trials        []reopenProofHops   `json:"trials"`
 }
 
 // TestBenchGateReopenProof measures the gate's re-open from the old control-plane container's
@@ -67,7 +67,7 @@ func TestBenchGateReopenProof(t *testing.T) {
 			toStart = append(toStart, time.Duration(hops.StartMs*float64(time.Millisecond)))
 		})
 	}
-	results.ToCreate, results.ToStart = quantilesOf(toCreate), quantilesOf(toStart)
+	results.ToCreate, results.ToStart = framework.QuantilesOf(toCreate), framework.QuantilesOf(toStart)
 	fmt.Printf("bench: %-62s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n", "gate re-open: old control-plane destroy -> first create", results.ToCreate.MedianMs, results.ToCreate.P95Ms, results.ToCreate.MaxMs, len(toCreate))
 	fmt.Printf("bench: %-62s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n", "gate re-open: old control-plane destroy -> first start", results.ToStart.MedianMs, results.ToStart.P95Ms, results.ToStart.MaxMs, len(toStart))
 	out, err := framework.BenchJSON(results)

@@ -74,15 +74,8 @@ type latencies struct {
 	Trials int `json:"trials"`
 	// ToCreate and ToStart are from the control plane's status.versions reaching the target to
 	// the engine's create and start events of the first container of the target.
-	ToCreate quantiles `json:"toCreate"`
-	ToStart  quantiles `json:"toStart"`
-}
-
-type quantiles struct {
-	MedianMs float64   `json:"medianMs"`
-	P95Ms    float64   `json:"p95Ms"`
-	MaxMs    float64   `json:"maxMs"`
-	AllMs    []float64 `json:"allMs"`
+	ToCreate framework.Quantiles `json:"toCreate"`
+	ToStart  framework.Quantiles `json:"toStart"`
 }
 
 // costFigure is one line of the Go benchmarks of a pool's cost at scale (controllers).
@@ -460,7 +453,7 @@ func benchGateReopen(t *testing.T, trials int) *latencies {
 			toCreate, toStart = append(toCreate, create), append(toStart, start)
 		})
 	}
-	l := &latencies{Trials: len(toCreate), ToCreate: quantilesOf(toCreate), ToStart: quantilesOf(toStart)}
+	l := &latencies{Trials: len(toCreate), ToCreate: framework.QuantilesOf(toCreate), ToStart: framework.QuantilesOf(toStart)}
 	fmt.Printf("bench: %-62s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n", "gate re-open: status.versions -> first create", l.ToCreate.MedianMs, l.ToCreate.P95Ms, l.ToCreate.MaxMs, l.Trials)
 	fmt.Printf("bench: %-62s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n", "gate re-open: status.versions -> first start", l.ToStart.MedianMs, l.ToStart.P95Ms, l.ToStart.MaxMs, l.Trials)
 	return l
@@ -501,23 +494,6 @@ func gateReopenTrial(t *testing.T) (toCreate, toStart time.Duration) {
 	t.Logf("status.versions -> create %s, -> start %s", toCreate.Round(time.Millisecond), toStart.Round(time.Millisecond))
 	c.cleanup()
 	return toCreate, toStart
-}
-
-// quantilesOf returns the median, p95 (nearest rank) and max.
-func quantilesOf(ds []time.Duration) quantiles {
-	ms := make([]float64, 0, len(ds))
-	for _, d := range ds {
-		ms = append(ms, float64(d.Microseconds())/1000)
-	}
-	slices.Sort(ms)
-	if len(ms) == 0 {
-		return quantiles{}
-	}
-	rank := func(q float64) float64 {
-		i := int(q*float64(len(ms))+0.999999) - 1
-		return ms[max(0, min(i, len(ms)-1))]
-	}
-	return quantiles{MedianMs: rank(0.5), P95Ms: rank(0.95), MaxMs: ms[len(ms)-1], AllMs: ms}
 }
 
 // benchLine is a line of `go test -bench` output: name, iterations, then value-unit pairs.
