@@ -78,13 +78,8 @@ func measureManagerMemory(b *testing.B, n int) managerMemory {
 	g := NewWithT(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{Workload: true})
-	g.Expect(err).ToNot(HaveOccurred(), "starting envtest's API servers")
-	defer func() {
-		if err := env.Stop(); err != nil {
-			b.Logf("stopping envtest's API servers: %v", err)
-		}
-	}()
+	env, stopEnv := startEnvtest(ctx, b, g)
+	defer stopEnv()
 
 	engine := fakeruntime.NewWithNodeImages()
 	populatePool(ctx, g, env, engine, n)
@@ -373,4 +368,16 @@ func startMemorySampler() *memorySampler {
 func (s *memorySampler) stop() memory {
 	close(s.done)
 	return <-s.peak
+}
+
+// startEnvtest starts envtest's management and workload API servers; stop stops them.
+func startEnvtest(ctx context.Context, b *testing.B, g Gomega) (env *testenv.Environment, stop func()) {
+	b.Helper()
+	env, err := testenv.Start(ctx, testenv.Options{Workload: true})
+	g.Expect(err).ToNot(HaveOccurred(), "starting envtest's API servers")
+	return env, func() {
+		if err := env.Stop(); err != nil {
+			b.Logf("stopping envtest's API servers: %v", err)
+		}
+	}
 }

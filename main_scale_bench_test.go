@@ -188,13 +188,8 @@ func runScale(b *testing.B, n int, rollout bool) scaleRun {
 	g := NewWithT(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{Workload: true})
-	g.Expect(err).ToNot(HaveOccurred(), "starting envtest's API servers")
-	defer func() {
-		if err := env.Stop(); err != nil {
-			b.Logf("stopping envtest's API servers: %v", err)
-		}
-	}()
+	env, stopEnv := startEnvtest(ctx, b, g)
+	defer stopEnv()
 	mgmt := env.Management.Client
 
 	nodes := &fakeNodes{workload: env.Workload.Client}
@@ -853,42 +848,30 @@ func isEvent(key string) bool {
 	return resource == "events"
 }
 
-// objectWrites counts the writes of objects and their subresources, Events left out.
-func (s tallySnapshot) objectWrites() int64 {
+// sum adds up value over the writes whose key include accepts.
+func (s tallySnapshot) sum(include func(key string) bool, value func(requestCount) int64) int64 {
 	var n int64
 	for key, c := range s.writes {
-		if !isEvent(key) {
-			n += c.n
+		if include(key) {
+			n += value(c)
 		}
 	}
 	return n
 }
 
-func (s tallySnapshot) events() int64 {
-	var n int64
-	for key, c := range s.writes {
-		if isEvent(key) {
-			n += c.n
-		}
-	}
-	return n
-}
+func notEvent(key string) bool       { return !isEvent(key) }
+func anyWrite(string) bool           { return true }
+func requests(c requestCount) int64  { return c.n }
+func bodyBytes(c requestCount) int64 { return c.bytes }
+
+// objectWrites counts the writes of objects and their subresources, Events left out.
+func (s tallySnapshot) objectWrites() int64 { return s.sum(notEvent, requests) }
+
+func (s tallySnapshot) events() int64 { return s.sum(isEvent, requests) }
 
 // writeBytes is the request bodies' bytes of the object writes, Events left out.
-func (s tallySnapshot) writeBytes() int64 {
-	var n int64
-	for key, c := range s.writes {
-		if !isEvent(key) {
-			n += c.bytes
-		}
-	}
-	return n
-}
+func (s tallySnapshot) writeBytes() int64 { return s.sum(notEvent, bodyBytes) }
 
 func (s tallySnapshot) failed() int64 {
-	var n int64
-	for _, c := range s.writes {
-		n += c.failed
-	}
-	return n
+	return s.sum(anyWrite, func(c requestCount) int64 { return c.failed })
 }
