@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -91,7 +92,7 @@ func TestMachinePoolFlavorWorkersJoin(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(nodes.Items).To(HaveLen(1 + workers))
 		for _, n := range nodes.Items {
-			g.Expect(nodeReady(n)).To(BeTrue(), "Node %s is not Ready", n.Name)
+			g.Expect(util.IsNodeReady(&n)).To(BeTrue(), "Node %s is not Ready", n.Name)
 			g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal(version))
 		}
 	}).WithTimeout(workloadTimeout).WithPolling(5 * time.Second).Should(Succeed())
@@ -147,15 +148,6 @@ func conditionTrue(u *unstructured.Unstructured, conditionType string) bool {
 		c, ok := c.(map[string]any)
 		if ok && c["type"] == conditionType {
 			return c["status"] == "True"
-		}
-	}
-	return false
-}
-
-func nodeReady(n corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capdmp/capdmp/internal/container"
@@ -239,7 +240,7 @@ func (w *applyWatch) step(ctx context.Context) (string, error) {
 			continue
 		}
 		registered++
-		if nodeReady(&node) {
+		if util.IsNodeReady(&node) {
 			readyNodes++
 		} else {
 			notReady = append(notReady, node.Name)
@@ -252,13 +253,4 @@ func (w *applyWatch) step(ctx context.Context) (string, error) {
 		mark(&h.NodesReady, fmt.Sprintf("%d worker Nodes Ready", readyNodes))
 	}
 	return fmt.Sprintf("%s; worker Nodes %d registered, %d Ready (not Ready: %s)", desc, registered, readyNodes, strings.Join(notReady, ",")), nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
