@@ -9,6 +9,7 @@ import (
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -16,9 +17,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -147,14 +148,15 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 			return ctrl.Result{}, err
 		}
 	}
-	patchHelper, err := patch.NewHelper(machine, r.Client)
-	if err != nil {
-		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to create patch helper for DockerMachinePoolMachine %s", klog.KObj(machine))
-	}
+	before := machine.DeepCopy()
 	if cluster != nil {
-		if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, machine); err != nil || isPaused || requeue {
+		if annotations.IsPaused(cluster, machine) {
+			// Cluster API's helper records the pause at once; nothing else is done.
+			_, _, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, machine)
 			return ctrl.Result{}, err
 		}
+		// Not paused: recorded with the rest of the status, in the reconcile's one write.
+		conditions.Set(machine, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 	}
 
 	s := &machineScope{cluster: cluster, machine: machine}
@@ -166,14 +168,12 @@ func (r *DockerMachinePoolMachineReconciler) Reconcile(ctx context.Context, req 
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 		markEngineUnavailable(machine, reterr)
-		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
-			clusterv1.PausedCondition, infrav1.ReadyCondition, infrav1.ContainerProvisionedCondition, infrav1.NodeProviderIDCondition, infrav1.KubeletVersionCondition,
-		}}}
+		// observedGeneration moves only when status reflects that generation.
 		if reterr == nil {
-			opts = append(opts, patch.WithStatusObservedGeneration{})
+			machine.Status.ObservedGeneration = machine.Generation
 		}
-		if err := patchHelper.Patch(ctx, machine, opts...); err != nil {
-			reterr = kerrors.NewAggregate([]error{reterr, pkgerrors.Wrapf(err, "failed to patch DockerMachinePoolMachine %s", klog.KObj(machine))})
+		if err := patchMachine(ctx, r.Client, before, machine); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
 
