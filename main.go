@@ -140,9 +140,11 @@ func newScheme() *runtime.Scheme {
 
 // cacheOptions scopes the manager's cache to the namespace it watches, all when empty. It holds
 // no Secret: the manager reads Secrets by name, live (client.CacheOptions.DisableFor in
-// newManager), and its role may not list or watch them.
+// newManager), and its role may not list or watch them. Nothing the manager does reads
+// managedFields (it applies nothing server-side), and a pool's reconcile reads every Machine and
+// machine of the pool: the cache holds them without.
 func cacheOptions(namespace string) ctrlcache.Options {
-	var opts ctrlcache.Options
+	opts := ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()}
 	if namespace != "" {
 		opts.DefaultNamespaces = map[string]ctrlcache.Config{namespace: {}}
 	}

@@ -41,13 +41,20 @@ import (
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
-// TestCacheOptions: the manager's cache watches the namespace of --namespace, all when empty, and
-// selects nothing of Secrets, which it does not hold.
+// TestCacheOptions: the manager's cache watches the namespace of --namespace, all when empty,
+// selects nothing of Secrets, which it does not hold, and holds objects without their
+// managedFields.
 func TestCacheOptions(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(cacheOptions("").DefaultNamespaces).To(BeEmpty())
 	g.Expect(cacheOptions("tenant-a").DefaultNamespaces).To(HaveKey("tenant-a"))
 	g.Expect(cacheOptions("").ByObject).ToNot(HaveKey(BeAssignableToTypeOf(&corev1.Secret{})))
+
+	machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "capi"}}}}
+	cached, err := cacheOptions("").DefaultTransform(machine)
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(cached.(*clusterv1.Machine).ManagedFields).To(BeEmpty())
+	g.Expect(cached.(*clusterv1.Machine).Name).To(Equal("m"))
 }
 
 // forbiddenRecorder records the requests the API server refuses (403) on a client's transport.

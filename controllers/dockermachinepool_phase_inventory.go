@@ -27,13 +27,16 @@ func (r *DockerMachinePoolReconciler) reconcileInventory(ctx context.Context, s 
 	}
 	containers := slices.DeleteFunc(listed, func(c container.Container) bool { return !carriesPool(c, s.pool) })
 
+	// The cache's objects, not copies of them: a pool of thousands reads them all on every
+	// reconcile and changes few. Each item is a copy of the cached struct whose maps and slices
+	// are the cache's: a phase that changes one in place works on a DeepCopy.
 	selector := s.inventorySelector()
 	machineList := &infrav1.DockerMachinePoolMachineList{}
-	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector); err != nil {
+	if err := r.Client.List(ctx, machineList, client.InNamespace(s.pool.Namespace), selector, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list DockerMachinePoolMachines")
 	}
 	ownerList := &clusterv1.MachineList{}
-	if err := r.Client.List(ctx, ownerList, client.InNamespace(s.pool.Namespace), selector); err != nil {
+	if err := r.Client.List(ctx, ownerList, client.InNamespace(s.pool.Namespace), selector, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to list Machines")
 	}
 

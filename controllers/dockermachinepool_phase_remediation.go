@@ -132,8 +132,10 @@ func (r *DockerMachinePoolReconciler) reconcileRemediation(ctx context.Context, 
 }
 
 // patchOwnerRemediated sets the OwnerRemediated conditions of a Machine, or removes the v1beta2 one
-// when condition is nil, owning only those conditions in the patch.
+// when condition is nil, owning only those conditions in the patch. It changes a copy: the
+// inventory's Machines share their conditions with the cache.
 func (r *DockerMachinePoolReconciler) patchOwnerRemediated(ctx context.Context, machine *clusterv1.Machine, condition *metav1.Condition, v1beta1Condition *clusterv1.Condition) error { //nolint:staticcheck // the MachineHealthCheck reads v1beta1 conditions too
+	machine = machine.DeepCopy()
 	helper, err := patch.NewHelper(machine, r.Client)
 	if err != nil {
 		return pkgerrors.Wrapf(err, "failed to patch Machine %s", klog.KObj(machine))

@@ -12,6 +12,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -245,4 +246,24 @@ func TestRemediationMaxInFlight(t *testing.T) {
 			g.Expect(deleted()).To(Equal(tt.wantDeleted))
 		})
 	}
+}
+
+// TestPatchOwnerRemediatedLeavesItsMachine: the inventory's Machines share their conditions with
+// the manager's cache, so the patch is made on a copy and the Machine handed in is left as it was.
+func TestPatchOwnerRemediatedLeavesItsMachine(t *testing.T) {
+	g := NewWithT(t)
+	unhealthy := machineCondition(clusterv1.MachineOwnerRemediatedCondition, metav1.ConditionFalse, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason)
+	machine := ownerMachine("workers-remediated", unhealthy)
+	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(machine.DeepCopy()).
+		WithStatusSubresource(&clusterv1.Machine{}).Build()
+	r := &DockerMachinePoolReconciler{Client: c}
+	cached := machine.DeepCopy()
+
+	deleting := machineCondition(clusterv1.MachineOwnerRemediatedCondition, metav1.ConditionFalse, "Deleting")
+	g.Expect(r.patchOwnerRemediated(context.Background(), machine, &deleting, nil)).To(Succeed())
+
+	g.Expect(machine).To(Equal(cached), "the Machine handed in is unchanged")
+	patched := &clusterv1.Machine{}
+	g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(machine), patched)).To(Succeed())
+	g.Expect(conditions.GetReason(patched, clusterv1.MachineOwnerRemediatedCondition)).To(Equal("Deleting"))
 }
