@@ -35,13 +35,17 @@ import (
 func (r *DockerMachinePoolReconciler) reconcileScaleDown(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	active := s.active()
 	desired := s.desiredReplicas()
-	if len(active) > desired+s.surge() {
+	excess := max(len(active)-(desired+s.surge()), 0)
+	// Nothing above the count and nothing to replace: no order to compute for a pool of thousands.
+	if excess == 0 && !slices.ContainsFunc(active, s.replaceable) {
+		return ctrl.Result{}, nil
+	}
+	if excess > 0 {
 		if err := r.readDeletionMarks(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	candidates := s.deletionOrder(active)
-	excess := min(max(len(active)-(desired+s.surge()), 0), len(candidates))
 	victims := candidates[:excess]
 
 	if slices.ContainsFunc(candidates[excess:], s.replaceable) {

@@ -38,6 +38,7 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		LastAdmittedVersion: s.pool.Status.VersionGate.AdmittedVersion,
 	}
 	var unreadable []string
+	running := map[string]bool{}
 	for _, i := range s.active() {
 		v, err := i.runningVersion()
 		if err != nil {
@@ -51,7 +52,11 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 			unreadable = append(unreadable, i.name())
 			continue
 		}
-		input.RunningVersions = append(input.RunningVersions, v)
+		// Each version once: the gate asks which versions run, not how many of each.
+		if !running[v] {
+			running[v] = true
+			input.RunningVersions = append(input.RunningVersions, v)
+		}
 	}
 	var decision skew.Decision
 	switch {
@@ -247,15 +252,20 @@ func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, 
 		metrics.KubeletsOutOfPolicy.WithLabelValues(s.pool.Namespace, s.pool.Name).Set(0)
 		return ctrl.Result{}, nil
 	}
+	// Each version the pool runs is judged once, for all its kubelets.
+	judged := map[string][]skew.Violation{}
 	var outOfPolicy []string
 	for _, i := range s.active() {
 		v, err := i.runningVersion()
 		if err != nil {
 			continue // reported by the gate as not counted
 		}
-		violations, err := skew.Violations([]string{v}, s.controlPlaneVersions)
-		if err != nil {
-			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to judge the pool's kubelets against the control plane")
+		violations, ok := judged[v]
+		if !ok {
+			if violations, err = skew.Violations([]string{v}, s.controlPlaneVersions); err != nil {
+				return ctrl.Result{}, pkgerrors.Wrap(err, "failed to judge the pool's kubelets against the control plane")
+			}
+			judged[v] = violations
 		}
 		for _, violation := range violations {
 			outOfPolicy = append(outOfPolicy, fmt.Sprintf("%s (%s)", i.name(), violation))
