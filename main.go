@@ -151,6 +151,18 @@ func cacheOptions(namespace string) ctrlcache.Options {
 	return opts
 }
 
+// clientOptions are the manager's client's: reads from the cache but for Secrets.
+func clientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{
+		// Secrets (bootstrap data, for every container) are read live, by name: a cached read
+		// would start an informer on every Secret, which the role does not allow.
+		DisableFor: []client.Object{&corev1.Secret{}},
+		// Control planes are read as unstructured through the contract; serve them from the
+		// informer the gate watches instead of the API server.
+		Unstructured: true,
+	}}
+}
+
 func run(ctx context.Context, o *options) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -202,14 +214,7 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 		RenewDeadline:              &o.leaderElectionRenewDeadline,
 		RetryPeriod:                &o.leaderElectionRetryPeriod,
 		WebhookServer:              webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir, TLSOpts: tlsOptions}),
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Secrets (bootstrap data, for every container) are read live, by name: a cached
-			// read would start an informer on every Secret, which the role does not allow.
-			DisableFor: []client.Object{&corev1.Secret{}},
-			// Control planes are read as unstructured through the contract; serve them from
-			// the informer the gate watches instead of the API server.
-			Unstructured: true,
-		}},
+		Client:                     clientOptions(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -81,8 +83,18 @@ const (
 // (comma-separated, default 1000). Run it with -benchtime 1x: each size starts its own API
 // servers.
 func BenchmarkPoolScale(b *testing.B) {
-	// The figures are the output; the managers' logs would drown them.
-	ctrl.SetLogger(logr.Discard())
+	// The figures are the output; the managers' logs would drown them. CAPDMP_SCALE_LOG names a
+	// file for them instead.
+	logger := logr.Discard()
+	if path := os.Getenv("CAPDMP_SCALE_LOG"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatalf("CAPDMP_SCALE_LOG: %v", err)
+		}
+		b.Cleanup(func() { _ = f.Close() })
+		logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(2)))
+	}
+	ctrl.SetLogger(logger)
 	sizes := sizesFromEnv(b, "CAPDMP_SCALE_SIZES", "1000")
 	rollouts := sizesFromEnv(b, "CAPDMP_SCALE_ROLLOUT_SIZES", "1000")
 	for _, n := range sizes {
@@ -115,11 +127,8 @@ func sizesFromEnv(b *testing.B, name, def string) []int {
 
 // scaleRun is what one size measured.
 type scaleRun struct {
-	scaleUp, rollout *phaseFigures
-	// noChange is the mean duration of a no-change reconcile of the pool of N in the manager.
-	noChange           time.Duration
-	noChangeWrites     int64
-	noChangeRequests   float64
+	scaleUp, rollout   *phaseFigures
+	noChange           noChangeFigures
 	poolBytes, mpBytes int
 }
 
@@ -143,10 +152,12 @@ func (r scaleRun) report(b *testing.B, n int) {
 	b.ReportMetric(up.wall.Seconds(), "scale-up-s")
 	b.ReportMetric(float64(r.poolBytes), "pool-bytes")
 	b.ReportMetric(float64(r.mpBytes), "machinepool-bytes")
-	b.ReportMetric(per(float64(r.noChange.Nanoseconds())), "no-change-ns/instance")
+	b.ReportMetric(per(float64(r.noChange.mean.Nanoseconds())), "no-change-ns/instance")
+	b.ReportMetric(per(float64(r.noChange.cpu.Nanoseconds())), "no-change-cpu-ns/instance")
 	b.Logf("scale-up 0 -> %d: %s", n, up.describe(n))
-	b.Logf("no-change reconcile of %d in the manager: %s (%.1f us/instance), %.1f API requests and %d writes per reconcile",
-		n, r.noChange.Round(time.Microsecond), float64(r.noChange.Nanoseconds())/float64(n)/1e3, r.noChangeRequests, r.noChangeWrites)
+	nc := r.noChange
+	b.Logf("no-change reconcile of %d in the manager: %s (%.1f us/instance), process CPU %s a touch (%.1f us/instance), %.1f API requests and %d writes per reconcile",
+		n, nc.mean.Round(time.Microsecond), per(float64(nc.mean.Nanoseconds()))/1e3, nc.cpu.Round(time.Microsecond), per(float64(nc.cpu.Nanoseconds()))/1e3, nc.requests, nc.writes)
 	b.Logf("objects at %d ready: DockerMachinePool %d bytes, MachinePool %d bytes (JSON, as served)", n, r.poolBytes, r.mpBytes)
 	if r.rollout != nil {
 		ro := r.rollout
@@ -217,7 +228,7 @@ func runScale(b *testing.B, n int, rollout bool) scaleRun {
 	waitScaledUp(ctx, g, env, engine, nodes, n)
 	run.scaleUp = phase.end()
 
-	run.noChange, run.noChangeRequests, run.noChangeWrites = measureNoChange(ctx, g, mgmt, capdmp)
+	run.noChange = measureNoChange(ctx, g, mgmt, capdmp)
 	run.poolBytes = servedSize(ctx, g, env.Management.Config, "/apis/"+infrav1.GroupVersion.String()+"/namespaces/"+scaleNamespace+"/dockermachinepools/pool")
 	run.mpBytes = servedSize(ctx, g, env.Management.Config, "/apis/"+clusterv1.GroupVersion.String()+"/namespaces/"+scaleNamespace+"/machinepools/mp")
 
@@ -585,37 +596,76 @@ func waitQuiet(ctx context.Context, g Gomega) {
 	}, 5*time.Minute, 200*time.Millisecond).WithContext(ctx).Should(BeNumerically(">=", scaleQuietFor), "the controllers stop reconciling")
 }
 
-// measureNoChange has CAPDMP's manager reconcile the steady pool a few times (an annotation
-// touched on the DockerMachinePool, which changes nothing the pool acts on) and returns the mean
-// reconcile time from controller-runtime's histogram, the API requests and the writes per
-// reconcile. The reads go to the manager's informer cache, as in production. It fails when such
-// a reconcile writes.
-func measureNoChange(ctx context.Context, g Gomega, mgmt client.Client, tally *apiTally) (time.Duration, float64, int64) {
+// noChangeFigures are what a pool's reconcile that changes nothing costs in the manager.
+type noChangeFigures struct {
+	// mean is the mean reconcile time of the pool's controller (controller-runtime's histogram).
+	mean time.Duration
+	// cpu is the process's CPU time per touch: the pool's reconcile, the touched machine's, Cluster
+	// API's reconcile of its Machine and the driver's patch; a bound on the pool's own.
+	cpu time.Duration
+	// requests and writes are the API requests and writes per reconcile.
+	requests float64
+	writes   int64
+}
+
+// measureNoChange has CAPDMP's manager reconcile the steady pool a few times and returns what such
+// a reconcile costs. Each time an annotation is touched on one of the pool's
+// DockerMachinePoolMachines: the pool is reconciled through its owner reference, and nothing the
+// pool acts on changes. (A touch of the DockerMachinePool would have Cluster API's MachinePool
+// controller reconcile the MachinePool of N at the same moment, on the same two cores.) The reads
+// go to the manager's informer cache, as in production. It fails when such a reconcile writes.
+func measureNoChange(ctx context.Context, g Gomega, mgmt client.Client, tally *apiTally) noChangeFigures {
 	const touches = 10
+	machines := &infrav1.DockerMachinePoolMachineList{}
+	g.Expect(mgmt.List(ctx, machines, client.InNamespace(scaleNamespace), client.Limit(1))).To(Succeed())
+	g.Expect(machines.Items).ToNot(BeEmpty())
+	touched := &machines.Items[0]
+	defer profileCPU(g, "no-change")()
 	before := tally.snapshot()
 	sum0, count0 := reconcileTime(g, "dockermachinepool")
+	cpu0 := processCPU()
 	for i := range touches {
 		_, count := reconcileTime(g, "dockermachinepool")
-		pool := &infrav1.DockerMachinePool{}
-		g.Expect(mgmt.Get(ctx, client.ObjectKey{Namespace: scaleNamespace, Name: "pool"}, pool)).To(Succeed())
-		patch := client.MergeFrom(pool.DeepCopy())
-		if pool.Annotations == nil {
-			pool.Annotations = map[string]string{}
+		patch := client.MergeFrom(touched.DeepCopy())
+		if touched.Annotations == nil {
+			touched.Annotations = map[string]string{}
 		}
-		pool.Annotations["bench.capdmp.dev/touch"] = strconv.Itoa(i)
-		g.Expect(mgmt.Patch(ctx, pool, patch)).To(Succeed())
+		touched.Annotations["bench.capdmp.dev/touch"] = strconv.Itoa(i)
+		g.Expect(mgmt.Patch(ctx, touched, patch)).To(Succeed())
 		g.Eventually(func() uint64 {
 			_, now := reconcileTime(g, "dockermachinepool")
 			return now
 		}, time.Minute, 10*time.Millisecond).Should(BeNumerically(">", count), "the pool is reconciled")
 	}
 	waitQuiet(ctx, g)
+	cpu := processCPU() - cpu0
 	sum1, count1 := reconcileTime(g, "dockermachinepool")
 	after := tally.snapshot().minus(before)
 	reconciles := count1 - count0
 	g.Expect(after.objectWrites()+after.events()).To(BeZero(), "a no-change reconcile writes nothing: %v", after.writes)
-	mean := time.Duration((sum1 - sum0) / float64(reconciles) * float64(time.Second))
-	return mean, float64(after.reads) / float64(reconciles), after.objectWrites()
+	return noChangeFigures{
+		mean:     time.Duration((sum1 - sum0) / float64(reconciles) * float64(time.Second)),
+		cpu:      cpu / touches,
+		requests: float64(after.reads) / float64(reconciles),
+		writes:   after.objectWrites(),
+	}
+}
+
+// profileCPU writes a CPU profile of the process, named for what it profiles, into
+// CAPDMP_SCALE_PROFILE_DIR until the returned function runs; nothing when that is unset.
+func profileCPU(g Gomega, name string) func() {
+	dir := os.Getenv("CAPDMP_SCALE_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(pprof.StartCPUProfile(f)).To(Succeed())
+	return func() {
+		pprof.StopCPUProfile()
+		g.Expect(f.Close()).To(Succeed())
+	}
 }
 
 // reconcileCounts is controller_runtime_reconcile_total per controller (all results).
