@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	dockerclient "github.com/moby/moby/client"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -69,6 +70,13 @@ type comparison struct {
 	Ratios   []float64 `json:"capdmpOverEngineByPair,omitempty"`
 }
 
+// hopComparison is one figure's nodes split by hop (framework.NodeTimeline), for each system: the
+// quantiles of each hop over every node of every pair.
+type hopComparison struct {
+	Figure string                                    `json:"figure"`
+	Hops   map[string]map[string]framework.Quantiles `json:"hopsBySystem"`
+}
+
 // latencies are the gate's re-open latencies over the trials.
 type latencies struct {
 	Trials int `json:"trials"`
@@ -93,9 +101,11 @@ type benchResults struct {
 	// Pairs is how many interleaved pairs each comparison ran.
 	Pairs       int          `json:"pairs"`
 	Comparisons []comparison `json:"comparisons"`
-	GateReopen  *latencies   `json:"gateReopen,omitempty"`
-	ScaleCost   []costFigure `json:"scaleCost,omitempty"`
-	Notes       []string     `json:"notes"`
+	// Hops split the scale-ups' node times by hop, over every node of every pair.
+	Hops       []hopComparison `json:"hops,omitempty"`
+	GateReopen *latencies      `json:"gateReopen,omitempty"`
+	ScaleCost  []costFigure    `json:"scaleCost,omitempty"`
+	Notes      []string        `json:"notes"`
 }
 
 // TestBench runs every comparison, prints one line per figure and writes
@@ -130,7 +140,9 @@ func TestBench(t *testing.T) {
 	rollout := framework.BenchSetting("BENCH_ROLLOUT", 20)
 	for _, n := range sizes {
 		t.Run(fmt.Sprintf("scale-up-%d", n), func(t *testing.T) {
-			results.Comparisons = append(results.Comparisons, benchScaleUp(t, n, n == rollout, pairs)...)
+			comparisons, hops := benchScaleUp(t, n, n == rollout, pairs)
+			results.Comparisons = append(results.Comparisons, comparisons...)
+			results.Hops = append(results.Hops, hops)
 		})
 	}
 	t.Run("gate-reopen", func(t *testing.T) {
@@ -174,6 +186,21 @@ type samples struct {
 	figures []string
 	capdmp  map[string][]time.Duration
 	engine  map[string][]time.Duration
+	// hops are each system's node hops (framework.NodeTimeline), over the pairs, by hop.
+	hops map[string]map[string][]time.Duration
+}
+
+// addHops adds the node hops of one system's run.
+func (s *samples) addHops(system string, hops map[string][]time.Duration) {
+	if s.hops == nil {
+		s.hops = map[string]map[string][]time.Duration{}
+	}
+	if s.hops[system] == nil {
+		s.hops[system] = map[string][]time.Duration{}
+	}
+	for hop, ds := range hops {
+		s.hops[system][hop] = append(s.hops[system][hop], ds...)
+	}
 }
 
 func (s *samples) add(figure string, capdmp, engine time.Duration) {
@@ -192,7 +219,7 @@ func (s *samples) add(figure string, capdmp, engine time.Duration) {
 // then replace their n nodes with nodes of the next version, with maxSurge 1 and then 5. In each
 // figure the two systems run one after the other, and which goes first alternates from one round
 // to the next, so that neither is always measured on a machine the other just warmed or loaded.
-func benchScaleUp(t *testing.T, n int, rollout bool, pairs int) []comparison {
+func benchScaleUp(t *testing.T, n int, rollout bool, pairs int) ([]comparison, hopComparison) {
 	t.Helper()
 	var all samples
 	for p := range pairs {
@@ -202,7 +229,24 @@ func benchScaleUp(t *testing.T, n int, rollout bool, pairs int) []comparison {
 	for _, f := range all.figures {
 		out = append(out, compare(f, all.capdmp[f], all.engine[f]))
 	}
-	return out
+	return out, compareHops(fmt.Sprintf("scale 0->%d", n), all.hops)
+}
+
+// compareHops prints each hop's median and p95 over the nodes, CAPDMP's beside the engine's.
+func compareHops(figure string, hops map[string]map[string][]time.Duration) hopComparison {
+	c := hopComparison{Figure: figure, Hops: map[string]map[string]framework.Quantiles{}}
+	for system, byHop := range hops {
+		c.Hops[system] = map[string]framework.Quantiles{}
+		for hop, ds := range byHop {
+			c.Hops[system][hop] = framework.QuantilesOf(ds)
+		}
+	}
+	for _, hop := range framework.HopNames() {
+		capdmp, engine := c.Hops["capdmp"][hop], c.Hops["engine"][hop]
+		fmt.Printf("bench: %-62s capdmp median %6.0fms p95 %6.0fms  engine median %6.0fms p95 %6.0fms  (%d nodes)\n",
+			figure+" hop: "+hop, capdmp.MedianMs, capdmp.P95Ms, engine.MedianMs, engine.P95Ms, len(capdmp.AllMs))
+	}
+	return c
 }
 
 // benchScaleUpPair is one round of benchScaleUp; engineFirst runs the engine alone first in
@@ -233,16 +277,31 @@ func benchScaleUpPair(t *testing.T, n int, rollout, engineFirst bool, all *sampl
 	old := framework.NodeNames(n)
 	var engineScale framework.Milestones
 	capdmpScale := newMilestones()
+	// hopsOf follows the nodes of the containers with labels through run, and adds their hops to
+	// system's.
+	hopsOf := func(system string, labels map[string]string, run func()) {
+		stop := framework.WatchNodeTimeline(ctx, benchEvents(t), testEnv.Workload.Client, labels, benchPoll)
+		run()
+		timeline, err := stop()
+		g.Expect(err).ToNot(HaveOccurred(), "%s: the nodes' timeline", system)
+		hops, err := timeline.Hops()
+		g.Expect(err).ToNot(HaveOccurred(), "%s: the nodes' hops", system)
+		all.addHops(system, hops)
+	}
 	inOrder(func() {
-		capdmpScale = newMilestones()
-		c.setReplicas(int32(n))
-		watchPool(t, c, n, v131, capdmpScale, 5*time.Minute)
+		hopsOf("capdmp", map[string]string{infrav1.ClusterNameLabel: c.name}, func() {
+			capdmpScale = newMilestones()
+			c.setReplicas(int32(n))
+			watchPool(t, c, n, v131, capdmpScale, 5*time.Minute)
+		})
 	}, func() {
-		registered := watchEngineNodes(t, old, v131)
-		var err error
-		engineScale, err = baseline.MakeNodes(ctx, data, stubnode.Image(v131), old, nil)
-		g.Expect(err).ToNot(HaveOccurred(), "the engine alone")
-		engineScale.Joined = registered()
+		hopsOf("engine", baseline.Labels, func() {
+			registered := watchEngineNodes(t, old, v131)
+			var err error
+			engineScale, err = baseline.MakeNodes(ctx, data, stubnode.Image(v131), old, nil)
+			g.Expect(err).ToNot(HaveOccurred(), "the engine alone")
+			engineScale.Joined = registered()
+		})
 	})
 	scale := fmt.Sprintf("scale 0->%d", n)
 	all.add(scale+": containers running", capdmpScale.at(containersRunning), engineScale.Running)
@@ -294,6 +353,15 @@ func benchScaleUpPair(t *testing.T, n int, rollout, engineFirst bool, all *sampl
 	c.setReplicas(0)
 	g.Eventually(func(g Gomega) { g.Expect(c.containers()).To(BeEmpty()) }, 5*time.Minute, time.Second).Should(Succeed())
 	c.cleanup()
+}
+
+// benchEvents is a client of the suite's engine for the bench's own watch of its events.
+func benchEvents(t *testing.T) *dockerclient.Client {
+	t.Helper()
+	c, err := dockerclient.New(dockerclient.FromEnv)
+	NewWithT(t).Expect(err).ToNot(HaveOccurred())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // watchEngineNodes looks, as watchPool does for CAPDMP's (every benchPoll, from now), for the

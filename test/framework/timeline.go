@@ -1,0 +1,168 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/client"
+	corev1 "k8s.io/api/core/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// NodeTimeline follows node containers through the hops from their creation to their Node, as
+// the engine and the workload cluster see them, whoever makes the nodes (a controller or the
+// engine alone): the container's create and start events, the first exec in it (the first look at
+// its bootstrap status), the exec that starts its bootstrap, and its Node's registration. The
+// same watch for both systems of a comparison says which hop one of them spends its time in.
+type NodeTimeline struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeHops
+	err   error
+}
+
+type nodeHops struct {
+	created, started, firstExec, bootstrapStarted, registered time.Time
+}
+
+// Hops of a node, in order; each is measured from the one before it.
+var timelineHops = []string{"create->start", "start->first exec", "first exec->bootstrap start", "bootstrap start->Node registered"}
+
+// bootstrapStartMark is in the command of the one exec that stages and starts a bootstrap
+// (internal/bootstrap's Start unpacks its staging archive), and in no other exec of a node.
+const bootstrapStartMark = "tar -x -C"
+
+// WatchNodeTimeline follows the containers with labels from now, and their Nodes in workload (a
+// poll every interval), until stop is called; stop returns the timeline, or why it is incomplete.
+func WatchNodeTimeline(ctx context.Context, engine *client.Client, workload ctrlclient.Client, labels map[string]string, interval time.Duration) (stop func() (*NodeTimeline, error)) {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &NodeTimeline{nodes: map[string]*nodeHops{}}
+	filters := client.Filters{}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		filters.Add("label", k+"="+labels[k])
+	}
+	filters.Add("type", string(events.ContainerEventType))
+	for _, a := range []string{"create", "start", "exec_create"} {
+		filters.Add("event", a)
+	}
+	stream := engine.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(time.Now().Add(-time.Second).Unix(), 10), Filters: filters})
+	var done sync.WaitGroup
+	done.Go(func() {
+		for {
+			select {
+			case m := <-stream.Messages:
+				t.record(m)
+			case err := <-stream.Err:
+				if ctx.Err() == nil {
+					t.fail(fmt.Errorf("watching the engine's events: %w", err))
+				}
+				return
+			}
+		}
+	})
+	done.Go(func() {
+		for ctx.Err() == nil {
+			nodes := &corev1.NodeList{}
+			if err := workload.List(ctx, nodes); err != nil {
+				if ctx.Err() == nil {
+					t.fail(fmt.Errorf("listing Nodes: %w", err))
+				}
+				return
+			}
+			now := time.Now()
+			t.mu.Lock()
+			for _, n := range nodes.Items {
+				if h, ok := t.nodes[n.Name]; ok && h.registered.IsZero() {
+					h.registered = now
+				}
+			}
+			t.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(interval):
+			}
+		}
+	})
+	return func() (*NodeTimeline, error) {
+		cancel()
+		done.Wait()
+		return t, t.err
+	}
+}
+
+func (t *NodeTimeline) record(m events.Message) {
+	name := m.Actor.Attributes["name"]
+	if name == "" {
+		return
+	}
+	at := time.Unix(0, m.TimeNano)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.nodes[name]
+	if h == nil {
+		h = &nodeHops{}
+		t.nodes[name] = h
+	}
+	action := string(m.Action)
+	setOnce := func(field *time.Time) {
+		if field.IsZero() {
+			*field = at
+		}
+	}
+	switch {
+	case action == "create":
+		setOnce(&h.created)
+	case action == "start":
+		setOnce(&h.started)
+	case strings.HasPrefix(action, "exec_create:"):
+		setOnce(&h.firstExec)
+		if strings.Contains(action, bootstrapStartMark) {
+			setOnce(&h.bootstrapStarted)
+		}
+	}
+}
+
+func (t *NodeTimeline) fail(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// Hops are the durations of each hop of the nodes created while the timeline watched, by hop;
+// the error names a node that did not go through all of them, so that a figure never stands on
+// part of the nodes. Nodes that existed before (a rollout's old ones) are not counted.
+func (t *NodeTimeline) Hops() (map[string][]time.Duration, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string][]time.Duration{}
+	for _, name := range slices.Sorted(maps.Keys(t.nodes)) {
+		h := t.nodes[name]
+		if h.created.IsZero() {
+			continue
+		}
+		times := []time.Time{h.created, h.started, h.firstExec, h.bootstrapStarted, h.registered}
+		for i, at := range times {
+			if at.IsZero() {
+				return nil, fmt.Errorf("node %s: no %s seen", name, []string{"create", "start", "exec", "bootstrap start", "Node"}[i])
+			}
+		}
+		for i, hop := range timelineHops {
+			out[hop] = append(out[hop], times[i+1].Sub(times[i]))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no node seen")
+	}
+	return out, nil
+}
+
+// HopNames are the hops Hops measures, in order.
+func HopNames() []string { return slices.Clone(timelineHops) }
