@@ -68,6 +68,12 @@ import (
 // It fails when the pool does not get where it is timed going (N ready instances, then N of the
 // new version and none of the old), never on time.
 
+// coreReconciliationTimeout bounds a reconcile of Cluster API's core here. Its MachinePool
+// reconcile applies every Machine of the pool that changed, one request after the other: at 5,000
+// on two cores it does not finish within Cluster API's default of one minute, fails, and starts
+// over without ever writing the MachinePool's status, so the pool never gets there.
+const coreReconciliationTimeout = 15 * time.Minute
+
 const (
 	scaleNamespace  = "scale"
 	scaleCluster    = "scale"
@@ -362,7 +368,7 @@ func startClusterAPI(ctx context.Context, g Gomega, env *testenv.Environment, ta
 		}},
 	})
 	g.Expect(err).ToNot(HaveOccurred())
-	opts := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true)}
+	opts := controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptr.To(true), ReconciliationTimeout: coreReconciliationTimeout}
 	secrets, err := kcpsetup.CreateSecretCachingClient(mgr)
 	g.Expect(err).ToNot(HaveOccurred())
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{

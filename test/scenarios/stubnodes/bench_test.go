@@ -567,14 +567,16 @@ func gateReopenTrial(t *testing.T) (toCreate, toStart time.Duration) {
 // benchLine is a line of `go test -bench` output: name, iterations, then value-unit pairs.
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
-// benchScaleCost runs the Go benchmarks of a pool's cost at scale (controllers/scale_bench_test.go)
-// and of a manager's memory holding 1000 instances (main_bench_test.go), and reads their figures.
+// benchScaleCost runs the Go benchmarks of a pool's cost at scale (controllers/scale_bench_test.go),
+// of a manager's memory holding 1000 instances (main_bench_test.go) and of a no-change reconcile
+// of 1000 on the informer cache (main_nochange_bench_test.go), and reads their figures.
 func benchScaleCost(t *testing.T) []costFigure {
 	t.Helper()
 	var figures []costFigure
 	for _, run := range []struct{ pkg, bench, benchtime string }{
 		{pkg: "./controllers/", bench: "BenchmarkNoChangeReconcile|BenchmarkPoolMemory1000", benchtime: "20x"},
 		{pkg: ".", bench: "BenchmarkManagerMemory1000", benchtime: "1x"},
+		{pkg: ".", bench: "BenchmarkPoolReconcileNoChange", benchtime: "20x"},
 	} {
 		figures = append(figures, runGoBenchmarks(t, run.pkg, run.bench, run.benchtime)...)
 	}
