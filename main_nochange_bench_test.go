@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,12 +44,7 @@ func BenchmarkPoolReconcileNoChange(b *testing.B) {
 			})
 			g.Expect(err).ToNot(HaveOccurred())
 			mgrCtx, stopManager := context.WithCancel(ctx)
-			var stopped sync.WaitGroup
-			stopped.Go(func() { g.Expect(mgr.Start(mgrCtx)).To(Succeed()) })
-			defer func() {
-				stopManager()
-				stopped.Wait()
-			}()
+			defer startManagerUntil(mgrCtx, stopManager, mgr, nil)()
 			g.Expect(mgr.GetCache().WaitForCacheSync(ctx)).To(BeTrue())
 
 			r := &controllers.DockerMachinePoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: engine}

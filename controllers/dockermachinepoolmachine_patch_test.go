@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -25,52 +23,11 @@ import (
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
 )
 
-// writeCounter counts a fake client's writes: object writes (create, patch, update, delete) and
-// status writes apart.
-type writeCounter struct {
-	mu             sync.Mutex
-	object, status int
-}
-
-func (w *writeCounter) funcs() interceptor.Funcs {
-	count := func(n *int) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		*n++
-	}
-	return interceptor.Funcs{
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			count(&w.object)
-			return c.Create(ctx, obj, opts...)
-		},
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			count(&w.object)
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			count(&w.object)
-			return c.Update(ctx, obj, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			count(&w.object)
-			return c.Delete(ctx, obj, opts...)
-		},
-		SubResourcePatch: func(ctx context.Context, c client.Client, subResource string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			count(&w.status)
-			return c.SubResource(subResource).Patch(ctx, obj, patch, opts...)
-		},
-		SubResourceUpdate: func(ctx context.Context, c client.Client, subResource string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			count(&w.status)
-			return c.SubResource(subResource).Update(ctx, obj, opts...)
-		},
-	}
-}
-
-func (w *writeCounter) take() (object, status int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	object, status = w.object, w.status
-	w.object, w.status = 0, 0
+// take returns the object and status writes counted since the last take.
+func (a *apiCounter) take() (object, status int) {
+	status = int(a.statusWrites.Load())
+	object = int(a.writes.Load()) - status
+	a.reset()
 	return object, status
 }
 
@@ -82,7 +39,7 @@ func TestMachineWritesOneStatusPerStep(t *testing.T) {
 	g := NewWithT(t)
 	const name = "workers-steps"
 	w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}
-	writes := &writeCounter{}
+	writes := &apiCounter{}
 	c := fake.NewClientBuilder().WithScheme(testScheme(g)).WithObjects(w.objects()...).
 		WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).WithInterceptorFuncs(writes.funcs()).Build()
 	data, err := bootstrap.Read(context.Background(), c, testNamespace, "mp-data")

@@ -32,14 +32,16 @@ import (
 
 const benchVersion = "v1.31.0"
 
-// apiCounter counts the requests a reconcile makes to the management cluster.
+// apiCounter counts the requests a reconcile makes to the management cluster: reads and writes,
+// and of the writes those of a status subresource.
 type apiCounter struct {
-	reads, writes atomic.Int64
+	reads, writes, statusWrites atomic.Int64
 }
 
 func (a *apiCounter) reset() {
 	a.reads.Store(0)
 	a.writes.Store(0)
+	a.statusWrites.Store(0)
 }
 
 func (a *apiCounter) funcs() interceptor.Funcs {
@@ -70,10 +72,12 @@ func (a *apiCounter) funcs() interceptor.Funcs {
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			a.writes.Add(1)
+			a.statusWrites.Add(1)
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			a.writes.Add(1)
+			a.statusWrites.Add(1)
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	}
