@@ -160,11 +160,6 @@ func (r scaleRun) report(b *testing.B, n int) {
 	b.ReportMetric(float64(r.mpBytes), "machinepool-bytes")
 	b.ReportMetric(per(float64(r.noChange.mean.Nanoseconds())), "no-change-ns/instance")
 	b.ReportMetric(per(float64(r.noChange.cpu.Nanoseconds())), "no-change-cpu-ns/instance")
-	b.Logf("scale-up 0 -> %d: %s", n, up.describe(n))
-	nc := r.noChange
-	b.Logf("no-change reconcile of %d in the manager: %s (%.1f us/instance), process CPU %s a touch (%.1f us/instance), %.1f API requests and %d writes per reconcile",
-		n, nc.mean.Round(time.Microsecond), per(float64(nc.mean.Nanoseconds()))/1e3, nc.cpu.Round(time.Microsecond), per(float64(nc.cpu.Nanoseconds()))/1e3, nc.requests, nc.writes)
-	b.Logf("objects at %d ready: DockerMachinePool %d bytes, MachinePool %d bytes (JSON, as served)", n, r.poolBytes, r.mpBytes)
 	if r.rollout != nil {
 		ro := r.rollout
 		b.ReportMetric(per(float64(ro.capdmp.objectWrites())), "rollout-capdmp-writes/instance")
@@ -172,8 +167,19 @@ func (r scaleRun) report(b *testing.B, n int) {
 		b.ReportMetric(per(ro.reconciles["dockermachinepool"]), "rollout-pool-reconciles/instance")
 		b.ReportMetric(per(float64(ro.cpu.Milliseconds())), "rollout-cpu-ms/instance")
 		b.ReportMetric(ro.wall.Seconds(), "rollout-s")
-		b.Logf("rollout of %d to %s (maxSurge %s): %s", n, rolloutVersion, scaleMaxSurge, ro.describe(n))
 	}
+}
+
+// logSteady logs the scale-up's figures and the steady pool's, as soon as they are measured: the
+// teardown of a pool of thousands may fail after them.
+func (r scaleRun) logSteady(b *testing.B, n int) {
+	b.Helper()
+	per := func(v float64) float64 { return v / float64(n) }
+	b.Logf("scale-up 0 -> %d: %s", n, r.scaleUp.describe(n))
+	nc := r.noChange
+	b.Logf("no-change reconcile of %d in the manager: %s (%.1f us/instance), process CPU %s a touch (%.1f us/instance), %.1f API requests and %d writes per reconcile",
+		n, nc.mean.Round(time.Microsecond), per(float64(nc.mean.Nanoseconds()))/1e3, nc.cpu.Round(time.Microsecond), per(float64(nc.cpu.Nanoseconds()))/1e3, nc.requests, nc.writes)
+	b.Logf("objects at %d ready: DockerMachinePool %d bytes, MachinePool %d bytes (JSON, as served)", n, r.poolBytes, r.mpBytes)
 }
 
 func (p *phaseFigures) describe(n int) string {
@@ -238,13 +244,16 @@ func runScale(b *testing.B, n int, rollout bool) scaleRun {
 	run.poolBytes = servedSize(ctx, g, env.Management.Config, "/apis/"+infrav1.GroupVersion.String()+"/namespaces/"+scaleNamespace+"/dockermachinepools/pool")
 	run.mpBytes = servedSize(ctx, g, env.Management.Config, "/apis/"+clusterv1.GroupVersion.String()+"/namespaces/"+scaleNamespace+"/machinepools/mp")
 
+	run.logSteady(b, n)
+
 	if rollout {
 		phase := startPhase(g, capdmp, capi)
 		startRollout(ctx, g, mgmt)
 		waitRolledOut(ctx, g, env, engine, nodes, n)
 		run.rollout = phase.end()
+		b.Logf("rollout of %d to %s (maxSurge %s): %s", n, rolloutVersion, scaleMaxSurge, run.rollout.describe(n))
 	}
-	disconnectWorkloadOf(ctx, g, mgmt, scaleNamespace, scaleCluster)
+	disconnectWorkloadOf(ctx, g, mgmt, scaleNamespace, scaleCluster, scaleTimeout(n))
 	return run
 }
 
@@ -730,9 +739,10 @@ func servedSize(ctx context.Context, g Gomega, cfg *rest.Config, path string) in
 	return len(body)
 }
 
-// disconnectWorkloadOf deletes the Cluster and waits until neither manager's ClusterCache holds a
-// connection to its workload cluster (see disconnectWorkload).
-func disconnectWorkloadOf(ctx context.Context, g Gomega, mgmt client.Client, namespace, name string) {
+// disconnectWorkloadOf deletes the Cluster and waits, up to timeout (the Cluster goes after its
+// pool's Machines), until neither manager's ClusterCache holds a connection to its workload
+// cluster (see disconnectWorkload).
+func disconnectWorkloadOf(ctx context.Context, g Gomega, mgmt client.Client, namespace, name string, timeout time.Duration) {
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	g.Expect(client.IgnoreNotFound(mgmt.Delete(ctx, cluster))).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -745,7 +755,7 @@ func disconnectWorkloadOf(ctx context.Context, g Gomega, mgmt client.Client, nam
 				}
 			}
 		}
-	}, 5*time.Minute, 200*time.Millisecond).Should(Succeed())
+	}, timeout, 200*time.Millisecond).Should(Succeed())
 }
 
 // phase measures one phase from startPhase to end.
