@@ -8,6 +8,7 @@ import (
 
 	pkgerrors "github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -27,7 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -94,7 +97,7 @@ func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Contex
 		return pkgerrors.Wrap(err, "failed to add the bootstrap awaits to the manager")
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
-		For(&infrav1.DockerMachinePoolMachine{}).
+		For(&infrav1.DockerMachinePoolMachine{}, builder.WithPredicates(machineChangedBeyondStatus{})).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(
@@ -110,6 +113,34 @@ func (r *DockerMachinePoolMachineReconciler) SetupWithManager(ctx context.Contex
 	}
 	r.recorder = mgr.GetEventRecorderFor("dockermachinepoolmachine-controller")
 	return nil
+}
+
+// machineChangedBeyondStatus passes a machine's events but the updates that change only its
+// status. This controller is the status's one writer, and each write would otherwise wake the
+// machine for a reconcile that finds what it has just written, at the cost of an inspect and a
+// status exec in the container: with a pool's machines sharing the workers, those reconciles
+// delay the first look at new containers. What a machine waits for comes back by the requeue its
+// reconcile asked for, or the end of its bootstrap.
+type machineChangedBeyondStatus struct {
+	predicate.Funcs
+}
+
+func (machineChangedBeyondStatus) Update(e event.UpdateEvent) bool {
+	oldMachine, okOld := e.ObjectOld.(*infrav1.DockerMachinePoolMachine)
+	newMachine, okNew := e.ObjectNew.(*infrav1.DockerMachinePoolMachine)
+	if !okOld || !okNew {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(withoutStatus(oldMachine), withoutStatus(newMachine))
+}
+
+// withoutStatus is a copy of the machine without its status and what the API server changes on
+// every write.
+func withoutStatus(m *infrav1.DockerMachinePoolMachine) *infrav1.DockerMachinePoolMachine {
+	c := m.DeepCopy()
+	c.Status = infrav1.DockerMachinePoolMachineStatus{}
+	c.ResourceVersion, c.ManagedFields = "", nil
+	return c
 }
 
 // machineScope is what one reconcile of a DockerMachinePoolMachine knows.

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/bootstrap"
@@ -116,4 +117,45 @@ func TestMachineWritesOneStatusPerStep(t *testing.T) {
 	object, status = writes.take()
 	g.Expect([]int{object, status}).To(Equal([]int{1, 0}), "the deletion: the finalizer's removal, no status for an object that goes")
 	g.Expect(rt.Containers()).To(BeEmpty())
+}
+
+// TestMachineChangedBeyondStatus: a machine's own status writes do not wake it again; anything
+// else about it does (a deletion, a label or annotation, an owner, its finalizers).
+func TestMachineChangedBeyondStatus(t *testing.T) {
+	machine := func() *infrav1.DockerMachinePoolMachine {
+		return &infrav1.DockerMachinePoolMachine{ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNamespace, Name: "workers-watched", ResourceVersion: "1",
+			Labels: map[string]string{clusterv1.ClusterNameLabel: testCluster},
+		}}
+	}
+	tests := []struct {
+		name   string
+		change func(m *infrav1.DockerMachinePoolMachine)
+		want   bool
+	}{
+		{name: "its status and resourceVersion: not passed", want: false, change: func(m *infrav1.DockerMachinePoolMachine) {
+			m.ResourceVersion = "2"
+			m.Status.Initialization.Provisioned = ptr.To(true)
+			m.Status.Conditions = []metav1.Condition{notPaused()}
+		}},
+		{name: "being deleted: passed", want: true, change: func(m *infrav1.DockerMachinePoolMachine) { m.DeletionTimestamp = ptr.To(metav1.Now()) }},
+		{name: "marked for deletion: passed", want: true, change: func(m *infrav1.DockerMachinePoolMachine) {
+			m.Annotations = map[string]string{clusterv1.DeleteMachineAnnotation: ""}
+		}},
+		{name: "a label: passed", want: true, change: func(m *infrav1.DockerMachinePoolMachine) { m.Labels["x"] = "y" }},
+		{name: "its finalizer removed: passed", want: true, change: func(m *infrav1.DockerMachinePoolMachine) { m.Finalizers = nil }},
+		{name: "an owner added: passed", want: true, change: func(m *infrav1.DockerMachinePoolMachine) {
+			m.OwnerReferences = append(m.OwnerReferences, poolOwnerRef("pool-uid"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			old := machine()
+			old.Finalizers = []string{infrav1.MachinePoolMachineFinalizer}
+			updated := old.DeepCopy()
+			tt.change(updated)
+			g.Expect(machineChangedBeyondStatus{}.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: updated})).To(Equal(tt.want))
+		})
+	}
 }
