@@ -55,16 +55,18 @@ func (b *bootstrapEnds) source() source.Source {
 }
 
 // follow awaits the end of the machine's bootstrap, for at most limit, unless it is awaited
-// already.
-func (b *bootstrapEnds) follow(machine *infrav1.DockerMachinePoolMachine, limit time.Duration) {
+// already, and tells whether an await follows it. The machine is woken when the await returns,
+// whatever it returns: the bootstrap ended, it outlived limit (to be stopped), or the await
+// failed (the container may be gone).
+func (b *bootstrapEnds) follow(machine *infrav1.DockerMachinePoolMachine, limit time.Duration) bool {
 	key := client.ObjectKeyFromObject(machine)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ctx == nil {
-		return
+		return false
 	}
 	if _, ok := b.waiting[key]; ok {
-		return
+		return true
 	}
 	b.waiting[key] = struct{}{}
 	ctx := b.ctx
@@ -73,13 +75,8 @@ func (b *bootstrapEnds) follow(machine *infrav1.DockerMachinePoolMachine, limit 
 		b.mu.Lock()
 		delete(b.waiting, key)
 		b.mu.Unlock()
-		if err != nil {
-			// The next look finds what became of it: the container may be gone, or the bootstrap
-			// may outlive its limit and be stopped there.
-			if !errors.Is(err, bootstrap.ErrAwaitLimit) && ctx.Err() == nil {
-				ctrl.LoggerFrom(ctx).V(4).Info("Awaiting a bootstrap failed", "container", key.Name, "error", err.Error())
-			}
-			return
+		if err != nil && !errors.Is(err, bootstrap.ErrAwaitLimit) && ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).V(4).Info("Awaiting a bootstrap failed", "container", key.Name, "error", err.Error())
 		}
 		ended := &infrav1.DockerMachinePoolMachine{}
 		ended.Namespace, ended.Name = key.Namespace, key.Name
@@ -88,4 +85,5 @@ func (b *bootstrapEnds) follow(machine *infrav1.DockerMachinePoolMachine, limit 
 		case <-ctx.Done():
 		}
 	}()
+	return true
 }

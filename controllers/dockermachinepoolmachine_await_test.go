@@ -17,8 +17,9 @@ import (
 )
 
 // TestBootstrapEnds: a machine whose bootstrap runs is enqueued once the await exec in its
-// container returns, one await per machine at a time, none before the manager starts, and none
-// for an await that gave up at its limit (the machine's polls find it then).
+// container returns, whether the bootstrap ended or the await gave up at its limit (the machine
+// then stops the bootstrap), one await per machine at a time, none before the manager starts:
+// follow says whether an await follows the machine, and the machine polls when none does.
 func TestBootstrapEnds(t *testing.T) {
 	g := NewWithT(t)
 	rt := fakeruntime.NewWithNodeImages()
@@ -49,7 +50,7 @@ func TestBootstrapEnds(t *testing.T) {
 	}
 
 	b := newBootstrapEnds(rt)
-	b.follow(machine("pool-ends"), time.Minute)
+	g.Expect(b.follow(machine("pool-ends"), time.Minute)).To(BeFalse(), "no await before the manager starts")
 	g.Consistently(awaits, 200*time.Millisecond).Should(BeZero(), "no await before the manager starts")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -57,19 +58,20 @@ func TestBootstrapEnds(t *testing.T) {
 	go func() { _ = b.Start(ctx) }()
 	g.Eventually(func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.ctx != nil }).Should(BeTrue())
 
-	b.follow(machine("pool-ends"), time.Minute)
-	b.follow(machine("pool-ends"), time.Minute)
-	b.follow(machine("pool-limit"), time.Minute)
+	g.Expect(b.follow(machine("pool-ends"), time.Minute)).To(BeTrue())
+	g.Expect(b.follow(machine("pool-ends"), time.Minute)).To(BeTrue(), "followed already")
+	g.Expect(b.follow(machine("pool-limit"), time.Minute)).To(BeTrue())
 	g.Eventually(awaits).Should(Equal(2))
 	g.Consistently(awaits, 200*time.Millisecond).Should(Equal(2), "one await per machine")
 	g.Consistently(b.events, 200*time.Millisecond).ShouldNot(Receive(), "nothing ended yet")
 
 	// The await command's exit code at its limit (bootstrap.ErrAwaitLimit).
 	release["pool-limit"] <- container.ExecResult{ExitCode: 85}
-	g.Consistently(b.events, 200*time.Millisecond).ShouldNot(Receive(), "an await that gave up enqueues nothing")
+	var ended event.TypedGenericEvent[*infrav1.DockerMachinePoolMachine]
+	g.Eventually(b.events).Should(Receive(&ended), "an await that gave up enqueues its machine")
+	g.Expect(client.ObjectKeyFromObject(ended.Object)).To(Equal(client.ObjectKey{Namespace: "ns", Name: "pool-limit"}))
 
 	release["pool-ends"] <- container.ExecResult{}
-	var ended event.TypedGenericEvent[*infrav1.DockerMachinePoolMachine]
 	g.Eventually(b.events).Should(Receive(&ended))
 	g.Expect(client.ObjectKeyFromObject(ended.Object)).To(Equal(client.ObjectKey{Namespace: "ns", Name: "pool-ends"}))
 

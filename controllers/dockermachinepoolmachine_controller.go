@@ -50,10 +50,13 @@ const unreadableDataRequeue = 10 * time.Second
 
 // A running bootstrap is looked at soon after its start, then less often as it runs on, up to
 // bootstrapPollInterval: a join can be over in a second, or take tens of seconds, and each look is
-// one exec.
+// an inspect and an exec that hold a worker the pool's new containers wait for. One that an await
+// follows (bootstrapEnds) is looked at when the await returns, and only every awaitedBootstrapPoll
+// besides, in case the await hangs on an engine that does not answer.
 const (
 	firstBootstrapPoll    = 500 * time.Millisecond
 	bootstrapPollInterval = 3 * time.Second
+	awaitedBootstrapPoll  = 15 * time.Second
 )
 
 // bootstrapPollAfter is when to look again at a bootstrap that has run for elapsed: after half
@@ -399,8 +402,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 	markBootstrapping(machine, bootstrapTimeoutOf(pool))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)
-	r.awaitBootstrap(machine, bootstrapTimeoutOf(pool))
-	return ctrl.Result{RequeueAfter: bootstrapPollAfter(0)}, nil
+	return ctrl.Result{RequeueAfter: r.awaitBootstrap(machine, bootstrapTimeoutOf(pool), 0)}, nil
 }
 
 // followBootstrap waits for a running bootstrap and stops it once it exceeds the pool's
@@ -412,8 +414,7 @@ func (r *DockerMachinePoolMachineReconciler) followBootstrap(ctx context.Context
 		markBootstrapping(machine, timeout)
 		ctrl.LoggerFrom(ctx).V(4).Info("Bootstrap running", "container", machine.Name, "elapsed", status.Elapsed)
 		// After a manager restart no await runs yet.
-		r.awaitBootstrap(machine, timeout-status.Elapsed+time.Second)
-		return ctrl.Result{RequeueAfter: bootstrapPollAfter(status.Elapsed)}, nil
+		return ctrl.Result{RequeueAfter: r.awaitBootstrap(machine, timeout-status.Elapsed+time.Second, status.Elapsed)}, nil
 	}
 	if err := bootstrap.Stop(ctx, r.Runtime, machine.Name); err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to stop the bootstrap of container %s after %s", machine.Name, timeout)
@@ -436,12 +437,14 @@ func timedOutMessage(timeout time.Duration, stopped bootstrap.Status) string {
 	return msg
 }
 
-// awaitBootstrap has the machine looked at as soon as its bootstrap ends, within limit; a
-// reconciler that runs without a manager (tests) only polls.
-func (r *DockerMachinePoolMachineReconciler) awaitBootstrap(machine *infrav1.DockerMachinePoolMachine, limit time.Duration) {
-	if r.bootstrapEnds != nil {
-		r.bootstrapEnds.follow(machine, limit)
+// awaitBootstrap has the machine looked at as soon as its bootstrap ends, within limit, and
+// returns when to look at it again anyway, given how long the bootstrap has run: a reconciler
+// that runs without a manager (tests) only polls.
+func (r *DockerMachinePoolMachineReconciler) awaitBootstrap(machine *infrav1.DockerMachinePoolMachine, limit, elapsed time.Duration) time.Duration {
+	if r.bootstrapEnds != nil && r.bootstrapEnds.follow(machine, limit) {
+		return awaitedBootstrapPoll
 	}
+	return bootstrapPollAfter(elapsed)
 }
 
 // markBootstrapping reports a running bootstrap. The message does not change while it runs:
