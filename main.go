@@ -93,8 +93,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.dockerCallTimeout, "docker-call-timeout", container.DefaultCallTimeout, "How long a request to the Docker engine may take (an exec's output and event streams apart); a pool whose engine does not answer reports EngineUnavailable and retries.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects with the label %s set to this value.", clusterv1.WatchLabel))
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace the manager watches; all namespaces when empty (clusterctl's multi-tenancy contract).")
-	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", 10, "Number of DockerMachinePools reconciled at once.")
-	fs.IntVar(&o.machineConcurrency, "dockermachinepoolmachine-concurrency", 10, "Number of DockerMachinePoolMachines reconciled (bootstrapped) at once.")
+	fs.IntVar(&o.poolConcurrency, "dockermachinepool-concurrency", controllers.DefaultPoolConcurrency, "Number of DockerMachinePools reconciled at once.")
+	fs.IntVar(&o.machineConcurrency, "dockermachinepoolmachine-concurrency", controllers.DefaultMachineConcurrency, "Number of DockerMachinePoolMachines reconciled (bootstrapped) at once.")
 	fs.IntVar(&o.createConcurrency, "container-create-concurrency", controllers.DefaultMaxConcurrentCreates, "Number of containers a DockerMachinePool creates at once.")
 	fs.StringSliceVar(&o.allowedHostPaths, hostpath.Flag, hostpath.DefaultAllowed,
 		"Host paths (absolute, clean, comma-separated) at or below which DockerMachinePools' extraMounts may mount; none by default. Node containers are privileged: whoever may create a pool is root over what is listed. "+

@@ -44,6 +44,14 @@ const DefaultContainerSyncPeriod = time.Minute
 // keep a local engine busy, few enough not to flood it.
 const DefaultMaxConcurrentCreates = 5
 
+// DefaultPoolConcurrency and DefaultMachineConcurrency are how many DockerMachinePools and
+// DockerMachinePoolMachines the manager reconciles at once by default
+// (--dockermachinepool-concurrency, --dockermachinepoolmachine-concurrency).
+const (
+	DefaultPoolConcurrency    = 10
+	DefaultMachineConcurrency = 10
+)
+
 // The patch helper and util/finalizers write with patch, never update; no owner reference the
 // controllers set blocks owner deletion, so no <kind>/finalizers update is needed
 // (OwnerReferencesPermissionEnforcement).

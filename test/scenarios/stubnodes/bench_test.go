@@ -40,11 +40,12 @@ import (
 // shared, and only figures taken side by side compare. It times and never fails on time; it fails
 // when a system does not do what it is timed doing.
 
-// benchConcurrency is how many bootstraps the baseline starts at once: the machine reconciler's
-// workers in the same run (managerWorkers, 5; the shipped manager's default is 10). The baseline
-// creates as many containers at once as the pool does: controllers.DefaultMaxConcurrentCreates,
-// which runManager leaves as it ships.
-const benchConcurrency = managerWorkers
+// benchConcurrency is the shipped concurrency both systems run at: the manager's controllers
+// reconcile this many objects at once (--dockermachinepoolmachine-concurrency, and the pools' and
+// Cluster API's as many), and the baseline starts as many bootstraps at once. The baseline creates
+// as many containers at once as a pool does: controllers.DefaultMaxConcurrentCreates, which
+// runManager leaves as it ships.
+const benchConcurrency = controllers.DefaultMachineConcurrency
 
 // benchPoll is how often the driver looks for a milestone.
 const benchPoll = 100 * time.Millisecond
@@ -126,7 +127,7 @@ func TestBench(t *testing.T) {
 		},
 	}
 	// CABPK's default token TTL: the suite's 20 s would rotate the data during a run.
-	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, tokenTTL: 15 * time.Minute})
+	withManager(t, managerConfig{containerSyncPeriod: defaultManager.containerSyncPeriod, tokenTTL: 15 * time.Minute, workers: benchConcurrency})
 
 	sizes := []int{20, 50}
 	if s := os.Getenv("BENCH_SIZES"); s != "" {
@@ -308,13 +309,13 @@ func benchScaleUpPair(t *testing.T, n int, rollout, engineFirst bool, all *sampl
 	all.add(scale+": Nodes registered", capdmpScale.at(nodesRegistered), engineScale.Joined)
 	all.add(scale+": MachinePool ready", capdmpScale.at(poolReady), 0)
 	if rollout {
-		// The default strategy (one at a time), then maxSurge as many as the machines bootstrap at
-		// once. The engine replaces at the same pace: no more new nodes ahead of the removals than
-		// the pool's maxSurge.
+		// The default strategy (one at a time), then maxSurge as many as a pool creates at once.
+		// The engine replaces at the same pace: no more new nodes ahead of the removals than the
+		// pool's maxSurge.
 		for _, step := range []struct {
 			version  string
 			maxSurge *intstr.IntOrString
-		}{{version: v132}, {version: v133, maxSurge: ptr.To(intstr.FromInt32(benchConcurrency))}} {
+		}{{version: v132}, {version: v133, maxSurge: ptr.To(intstr.FromInt32(controllers.DefaultMaxConcurrentCreates))}} {
 			next := framework.NodeNames(n)
 			baseline.MaxSurge = 1
 			if step.maxSurge != nil {
