@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ type NodeTimeline struct {
 	mu    sync.Mutex
 	nodes map[string]*nodeHops
 	err   error
+	// cpu is the machine's CPU time over the watch: busy (all but idle and iowait) and total, on
+	// every core.
+	cpuBusy, cpuTotal time.Duration
 }
 
 type nodeHops struct {
@@ -43,6 +47,10 @@ const bootstrapStartMark = "tar -x -C"
 func WatchNodeTimeline(ctx context.Context, engine *client.Client, workload ctrlclient.Client, labels map[string]string, interval time.Duration) (stop func() (*NodeTimeline, error)) {
 	ctx, cancel := context.WithCancel(ctx)
 	t := &NodeTimeline{nodes: map[string]*nodeHops{}}
+	busy0, total0, cpuErr := machineCPU()
+	if cpuErr != nil {
+		t.fail(cpuErr)
+	}
 	filters := client.Filters{}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		filters.Add("label", k+"="+labels[k])
@@ -92,8 +100,47 @@ func WatchNodeTimeline(ctx context.Context, engine *client.Client, workload ctrl
 	return func() (*NodeTimeline, error) {
 		cancel()
 		done.Wait()
+		busy1, total1, err := machineCPU()
+		if err != nil {
+			t.fail(err)
+		}
+		t.cpuBusy, t.cpuTotal = busy1-busy0, total1-total0
 		return t, t.err
 	}
+}
+
+// CPU is how busy the machine was over the watch: the CPU time spent on all cores but idle, and
+// its share of all the cores' time. A system that waits on a machine kept busy by something else
+// (API servers, controllers) is slower in every hop, not in one.
+func (t *NodeTimeline) CPU() (busy time.Duration, share float64) {
+	if t.cpuTotal <= 0 {
+		return t.cpuBusy, 0
+	}
+	return t.cpuBusy, float64(t.cpuBusy) / float64(t.cpuTotal)
+}
+
+// machineCPU reads the machine's CPU time from /proc/stat, all cores: busy (user, nice, system,
+// irq, softirq, steal) and total (with idle and iowait), in clock ticks of 1/100 s (USER_HZ).
+func machineCPU() (busy, total time.Duration, _ error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the machine's CPU time: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, 0, fmt.Errorf("reading the machine's CPU time: unexpected /proc/stat line %q", line)
+	}
+	var ticks [8]int64
+	for i := range ticks {
+		if ticks[i], err = strconv.ParseInt(fields[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("reading the machine's CPU time: %w", err)
+		}
+	}
+	const user, nice, system, idle, iowait, irq, softirq, steal = 0, 1, 2, 3, 4, 5, 6, 7
+	busyTicks := ticks[user] + ticks[nice] + ticks[system] + ticks[irq] + ticks[softirq] + ticks[steal]
+	tick := 10 * time.Millisecond
+	return time.Duration(busyTicks) * tick, time.Duration(busyTicks+ticks[idle]+ticks[iowait]) * tick, nil
 }
 
 func (t *NodeTimeline) record(m events.Message) {

@@ -76,6 +76,10 @@ type comparison struct {
 type hopComparison struct {
 	Figure string                                    `json:"figure"`
 	Hops   map[string]map[string]framework.Quantiles `json:"hopsBySystem"`
+	// CPUSeconds and CPUShare are how busy the machine was during each system's runs (the
+	// median over the pairs): CPU time on all cores, and its share of all the cores' time.
+	CPUSeconds map[string]float64 `json:"cpuSecondsBySystem"`
+	CPUShare   map[string]float64 `json:"cpuShareBySystem"`
 }
 
 // latencies are the gate's re-open latencies over the trials.
@@ -189,6 +193,18 @@ type samples struct {
 	engine  map[string][]time.Duration
 	// hops are each system's node hops (framework.NodeTimeline), over the pairs, by hop.
 	hops map[string]map[string][]time.Duration
+	// cpuBusy and cpuShare are how busy the machine was during each system's runs, over the pairs.
+	cpuBusy  map[string][]time.Duration
+	cpuShare map[string][]float64
+}
+
+// addCPU adds how busy the machine was during one system's run.
+func (s *samples) addCPU(system string, busy time.Duration, share float64) {
+	if s.cpuBusy == nil {
+		s.cpuBusy, s.cpuShare = map[string][]time.Duration{}, map[string][]float64{}
+	}
+	s.cpuBusy[system] = append(s.cpuBusy[system], busy)
+	s.cpuShare[system] = append(s.cpuShare[system], share)
 }
 
 // addHops adds the node hops of one system's run.
@@ -230,7 +246,19 @@ func benchScaleUp(t *testing.T, n int, rollout bool, pairs int) ([]comparison, h
 	for _, f := range all.figures {
 		out = append(out, compare(f, all.capdmp[f], all.engine[f]))
 	}
-	return out, compareHops(fmt.Sprintf("scale 0->%d", n), all.hops)
+	hops := compareHops(fmt.Sprintf("scale 0->%d", n), all.hops)
+	hops.CPUSeconds, hops.CPUShare = map[string]float64{}, map[string]float64{}
+	for _, system := range []string{"capdmp", "engine"} {
+		var seconds []float64
+		for _, d := range all.cpuBusy[system] {
+			seconds = append(seconds, d.Seconds())
+		}
+		hops.CPUSeconds[system], hops.CPUShare[system] = median(seconds), median(all.cpuShare[system])
+	}
+	fmt.Printf("bench: %-62s capdmp %6.1f cpu-s (%3.0f%% of the cores)  engine %6.1f cpu-s (%3.0f%% of the cores)  median of %d\n",
+		fmt.Sprintf("scale 0->%d: the machine's CPU busy", n), hops.CPUSeconds["capdmp"], 100*hops.CPUShare["capdmp"],
+		hops.CPUSeconds["engine"], 100*hops.CPUShare["engine"], len(all.cpuBusy["capdmp"]))
+	return out, hops
 }
 
 // compareHops prints each hop's median and p95 over the nodes, CAPDMP's beside the engine's.
@@ -288,6 +316,8 @@ func benchScaleUpPair(t *testing.T, n int, rollout, engineFirst bool, all *sampl
 		hops, err := timeline.Hops()
 		g.Expect(err).ToNot(HaveOccurred(), "%s: the nodes' hops", system)
 		all.addHops(system, hops)
+		busy, share := timeline.CPU()
+		all.addCPU(system, busy, share)
 	}
 	inOrder(func() {
 		hopsOf("capdmp", map[string]string{infrav1.ClusterNameLabel: c.name}, func() {
