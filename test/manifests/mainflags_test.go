@@ -37,6 +37,8 @@ var mainConstants = map[string]string{
 	"hostpath.DefaultAllowed":                 strings.Join(hostpath.DefaultAllowed, ","),
 	"controllers.DefaultNetwork":              controllers.DefaultNetwork,
 	"controllers.DefaultMaxConcurrentCreates": strconv.Itoa(controllers.DefaultMaxConcurrentCreates),
+	"controllers.DefaultPoolConcurrency":      strconv.Itoa(controllers.DefaultPoolConcurrency),
+	"controllers.DefaultMachineConcurrency":   strconv.Itoa(controllers.DefaultMachineConcurrency),
 }
 
 // mainFlags returns the names of the flags main.go defines (fs.BoolVar(&x, "name", ...) and the
