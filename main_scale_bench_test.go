@@ -72,7 +72,7 @@ import (
 // reconcile applies every Machine of the pool that changed, one request after the other: at 5,000
 // on two cores it does not finish within Cluster API's default of one minute, fails, and starts
 // over without ever writing the MachinePool's status, so the pool never gets there.
-const coreReconciliationTimeout = 15 * time.Minute
+const coreReconciliationTimeout = 30 * time.Minute
 
 const (
 	scaleNamespace  = "scale"
@@ -548,7 +548,7 @@ func waitRolledOut(ctx context.Context, g Gomega, env *testenv.Environment, engi
 // scaleTimeout is how long a phase may take before the driver says the pool did not get there: a
 // bound on a hung system, not a goal.
 func scaleTimeout(n int) time.Duration {
-	return 5*time.Minute + time.Duration(n)*150*time.Millisecond
+	return 5*time.Minute + time.Duration(n)*300*time.Millisecond
 }
 
 func expectPoolReady(ctx context.Context, g Gomega, mgmt client.Client, n int) {
