@@ -27,8 +27,9 @@ type NodeTimeline struct {
 	nodes map[string]*nodeHops
 	err   error
 	// cpu is the machine's CPU time over the watch: busy (all but idle and iowait) and total, on
-	// every core.
+	// every core, and busy split by cpuPartsBetween.
 	cpuBusy, cpuTotal time.Duration
+	cpuParts          map[string]time.Duration
 }
 
 type nodeHops struct {
@@ -50,6 +51,10 @@ func WatchNodeTimeline(ctx context.Context, engine *client.Client, workload ctrl
 	busy0, total0, cpuErr := machineCPU()
 	if cpuErr != nil {
 		t.fail(cpuErr)
+	}
+	parts0, partsErr := readCPUSnapshot()
+	if partsErr != nil {
+		t.fail(partsErr)
 	}
 	filters := client.Filters{}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
@@ -100,11 +105,16 @@ func WatchNodeTimeline(ctx context.Context, engine *client.Client, workload ctrl
 	return func() (*NodeTimeline, error) {
 		cancel()
 		done.Wait()
+		parts1, partsErr := readCPUSnapshot()
+		if partsErr != nil {
+			t.fail(partsErr)
+		}
 		busy1, total1, err := machineCPU()
 		if err != nil {
 			t.fail(err)
 		}
 		t.cpuBusy, t.cpuTotal = busy1-busy0, total1-total0
+		t.cpuParts = cpuPartsBetween(parts0, parts1, t.cpuBusy)
 		return t, t.err
 	}
 }
@@ -118,6 +128,12 @@ func (t *NodeTimeline) CPU() (busy time.Duration, share float64) {
 	}
 	return t.cpuBusy, float64(t.cpuBusy) / float64(t.cpuTotal)
 }
+
+// CPUByPart splits the CPU time CPU reports by where it was spent (CPUParts): the part that
+// differs between two systems on a saturated machine is the work one does beyond the other. A
+// part that could not be read (the containers' cgroup of an engine with another cgroup driver) is
+// missing, its time left in CPUPartExitedOrKernel.
+func (t *NodeTimeline) CPUByPart() map[string]time.Duration { return maps.Clone(t.cpuParts) }
 
 // machineCPU reads the machine's CPU time from /proc/stat, all cores: busy (user, nice, system,
 // irq, softirq, steal) and total (with idle and iowait), in clock ticks of 1/100 s (USER_HZ).
@@ -139,8 +155,7 @@ func machineCPU() (busy, total time.Duration, _ error) {
 	}
 	const user, nice, system, idle, iowait, irq, softirq, steal = 0, 1, 2, 3, 4, 5, 6, 7
 	busyTicks := ticks[user] + ticks[nice] + ticks[system] + ticks[irq] + ticks[softirq] + ticks[steal]
-	tick := 10 * time.Millisecond
-	return time.Duration(busyTicks) * tick, time.Duration(busyTicks+ticks[idle]+ticks[iowait]) * tick, nil
+	return time.Duration(busyTicks) * clockTick, time.Duration(busyTicks+ticks[idle]+ticks[iowait]) * clockTick, nil
 }
 
 func (t *NodeTimeline) record(m events.Message) {

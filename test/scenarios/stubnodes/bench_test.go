@@ -80,6 +80,9 @@ type hopComparison struct {
 	// median over the pairs): CPU time on all cores, and its share of all the cores' time.
 	CPUSeconds map[string]float64 `json:"cpuSecondsBySystem"`
 	CPUShare   map[string]float64 `json:"cpuShareBySystem"`
+	// CPUSecondsByPart splits CPUSeconds by where it was spent (framework.CPUParts), each part
+	// the median over the pairs.
+	CPUSecondsByPart map[string]map[string]float64 `json:"cpuSecondsByPartBySystem"`
 }
 
 // latencies are the gate's re-open latencies over the trials.
@@ -196,15 +199,23 @@ type samples struct {
 	// cpuBusy and cpuShare are how busy the machine was during each system's runs, over the pairs.
 	cpuBusy  map[string][]time.Duration
 	cpuShare map[string][]float64
+	// cpuParts split cpuBusy by part, over the pairs.
+	cpuParts map[string]map[string][]time.Duration
 }
 
-// addCPU adds how busy the machine was during one system's run.
-func (s *samples) addCPU(system string, busy time.Duration, share float64) {
+// addCPU adds how busy the machine was during one system's run, and where.
+func (s *samples) addCPU(system string, busy time.Duration, share float64, parts map[string]time.Duration) {
 	if s.cpuBusy == nil {
-		s.cpuBusy, s.cpuShare = map[string][]time.Duration{}, map[string][]float64{}
+		s.cpuBusy, s.cpuShare, s.cpuParts = map[string][]time.Duration{}, map[string][]float64{}, map[string]map[string][]time.Duration{}
 	}
 	s.cpuBusy[system] = append(s.cpuBusy[system], busy)
 	s.cpuShare[system] = append(s.cpuShare[system], share)
+	if s.cpuParts[system] == nil {
+		s.cpuParts[system] = map[string][]time.Duration{}
+	}
+	for part, d := range parts {
+		s.cpuParts[system][part] = append(s.cpuParts[system][part], d)
+	}
 }
 
 // addHops adds the node hops of one system's run.
@@ -249,15 +260,29 @@ func benchScaleUp(t *testing.T, n int, rollout bool, pairs int) ([]comparison, h
 	hops := compareHops(fmt.Sprintf("scale 0->%d", n), all.hops)
 	hops.CPUSeconds, hops.CPUShare = map[string]float64{}, map[string]float64{}
 	for _, system := range []string{"capdmp", "engine"} {
-		var seconds []float64
-		for _, d := range all.cpuBusy[system] {
-			seconds = append(seconds, d.Seconds())
-		}
-		hops.CPUSeconds[system], hops.CPUShare[system] = median(seconds), median(all.cpuShare[system])
+		hops.CPUSeconds[system], hops.CPUShare[system] = median(secondsOf(all.cpuBusy[system])), median(all.cpuShare[system])
 	}
 	fmt.Printf("bench: %-62s capdmp %6.1f cpu-s (%3.0f%% of the cores)  engine %6.1f cpu-s (%3.0f%% of the cores)  median of %d\n",
 		fmt.Sprintf("scale 0->%d: the machine's CPU busy", n), hops.CPUSeconds["capdmp"], 100*hops.CPUShare["capdmp"],
 		hops.CPUSeconds["engine"], 100*hops.CPUShare["engine"], len(all.cpuBusy["capdmp"]))
+	hops.CPUSecondsByPart = map[string]map[string]float64{}
+	for system, byPart := range all.cpuParts {
+		hops.CPUSecondsByPart[system] = map[string]float64{}
+		for part, ds := range byPart {
+			hops.CPUSecondsByPart[system][part] = median(secondsOf(ds))
+		}
+	}
+	for _, part := range framework.CPUParts() {
+		capdmp, capdmpOK := hops.CPUSecondsByPart["capdmp"][part]
+		engine, engineOK := hops.CPUSecondsByPart["engine"][part]
+		if !capdmpOK || !engineOK {
+			fmt.Printf("bench: %-62s not measured (no cgroup of the engine's containers that this bench reads)\n",
+				fmt.Sprintf("scale 0->%d: CPU in %s", n, part))
+			continue
+		}
+		fmt.Printf("bench: %-62s capdmp %6.1f cpu-s  engine %6.1f cpu-s  median of %d\n",
+			fmt.Sprintf("scale 0->%d: CPU in %s", n, part), capdmp, engine, len(all.cpuBusy["capdmp"]))
+	}
 	return out, hops
 }
 
@@ -317,7 +342,7 @@ func benchScaleUpPair(t *testing.T, n int, rollout, engineFirst bool, all *sampl
 		g.Expect(err).ToNot(HaveOccurred(), "%s: the nodes' hops", system)
 		all.addHops(system, hops)
 		busy, share := timeline.CPU()
-		all.addCPU(system, busy, share)
+		all.addCPU(system, busy, share, timeline.CPUByPart())
 	}
 	inOrder(func() {
 		hopsOf("capdmp", map[string]string{infrav1.ClusterNameLabel: c.name}, func() {
@@ -461,6 +486,14 @@ func compare(figure string, capdmp, engine []time.Duration) comparison {
 	}
 	printComparison(c)
 	return c
+}
+
+func secondsOf(ds []time.Duration) []float64 {
+	out := make([]float64, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, d.Seconds())
+	}
+	return out
 }
 
 // median is the middle value, or the mean of the two middle values.
