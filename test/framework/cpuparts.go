@@ -13,12 +13,12 @@ import (
 // Parts of the machine's CPU time that CPUByPart names: what a comparison's extra work on a
 // saturated machine is spent in.
 const (
-	CPUPartContainers    = "containers"
-	CPUPartTestProcess   = "test process"
-	CPUPartAPIServers    = "kube-apiserver"
-	CPUPartEtcd          = "etcd"
-	CPUPartEngine        = "dockerd, containerd"
-	CPUPartOther         = "other processes"
+	CPUPartContainers     = "containers"
+	CPUPartTestProcess    = "test process"
+	CPUPartAPIServers     = "kube-apiserver"
+	CPUPartEtcd           = "etcd"
+	CPUPartEngine         = "dockerd, containerd"
+	CPUPartOther          = "other processes"
 	CPUPartExitedOrKernel = "exited processes, kernel"
 )
 
