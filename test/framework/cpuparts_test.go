@@ -76,8 +76,11 @@ func TestReadCPUSnapshotSeesThisProcess(t *testing.T) {
 	g.Expect(before.processes).To(HaveKey(os.Getpid()))
 	// Burn 300 ms of CPU by the kernel's own count for this process (getrusage), however busy
 	// the machine is.
-	for start := rusageCPU(g); rusageCPU(g)-start < 300*time.Millisecond; {
+	start, spins := rusageCPU(g), 0
+	for rusageCPU(g)-start < 300*time.Millisecond {
+		spins++
 	}
+	g.Expect(spins).To(BeNumerically(">", 0))
 	after, err := readCPUSnapshot()
 	g.Expect(err).ToNot(HaveOccurred())
 	parts := cpuPartsBetween(before, after, time.Hour)
