@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	"github.com/capdmp/capdmp/internal/container"
@@ -33,7 +37,11 @@ type reopenRealTrial struct {
 	// StatusMs is when the monitor first saw KubeadmControlPlane's status.versions at the target
 	// alone (sampled every 50 ms).
 	StatusMs float64 `json:"statusMs"`
-	CreateMs float64 `json:"createMs"`
+	// DockerMachineGoneMs and MachineGoneMs are when the old control plane's DockerMachine and
+	// Machine were first seen gone (polled every 50 ms): the gate's proof needs both.
+	DockerMachineGoneMs float64 `json:"dockerMachineGoneMs"`
+	MachineGoneMs       float64 `json:"machineGoneMs"`
+	CreateMs            float64 `json:"createMs"`
 	StartMs  float64 `json:"startMs"`
 	// FromLastOldAPIServerMs is the monitor's figure for the same re-open: from the first sample
 	// without an old kube-apiserver to the first with a new pool instance.
@@ -52,6 +60,9 @@ type reopenRealResults struct {
 	ToCreate framework.Quantiles `json:"toCreate"`
 	ToStart  framework.Quantiles `json:"toStart"`
 	ToStatus framework.Quantiles `json:"toStatus"`
+	// ToDockerMachineGone and ToMachineGone: when the old control-plane objects were gone.
+	ToDockerMachineGone framework.Quantiles `json:"toDockerMachineGone"`
+	ToMachineGone       framework.Quantiles `json:"toMachineGone"`
 	Trials   []reopenRealTrial   `json:"trials"`
 	Failed   []string            `json:"failedTrials,omitempty"`
 	mu       sync.Mutex
@@ -89,17 +100,24 @@ func TestBenchReopenReal(t *testing.T) {
 			})
 		}
 	})
-	var toCreate, toStart, toStatus []time.Duration
+	var toCreate, toStart, toStatus, toDockerMachineGone, toMachineGone []time.Duration
 	for _, tr := range results.Trials {
 		toCreate = append(toCreate, msDuration(tr.CreateMs))
 		toStart = append(toStart, msDuration(tr.StartMs))
 		toStatus = append(toStatus, msDuration(tr.StatusMs))
+		toDockerMachineGone = append(toDockerMachineGone, msDuration(tr.DockerMachineGoneMs))
+		toMachineGone = append(toMachineGone, msDuration(tr.MachineGoneMs))
 	}
 	results.ToCreate, results.ToStart, results.ToStatus = framework.QuantilesOf(toCreate), framework.QuantilesOf(toStart), framework.QuantilesOf(toStatus)
+	results.ToDockerMachineGone, results.ToMachineGone = framework.QuantilesOf(toDockerMachineGone), framework.QuantilesOf(toMachineGone)
 	for _, q := range []struct {
 		hop string
 		q   framework.Quantiles
-	}{{"first new pool container created", results.ToCreate}, {"first new pool container started", results.ToStart}, {"KCP status.versions at the target", results.ToStatus}} {
+	}{
+		{"old DockerMachine gone", results.ToDockerMachineGone}, {"old Machine gone", results.ToMachineGone},
+		{"first new pool container created", results.ToCreate}, {"first new pool container started", results.ToStart},
+		{"KCP status.versions at the target", results.ToStatus},
+	} {
 		fmt.Printf("bench-real: gate re-open %s->%s, old control plane's last container destroyed -> %-34s median %6.0fms  p95 %6.0fms  max %6.0fms  (%d trials)\n",
 			from, to, q.hop, q.q.MedianMs, q.q.P95Ms, q.q.MaxMs, len(results.Trials))
 	}
@@ -144,11 +162,14 @@ func reopenTrial(t *testing.T, name string, sc conformance.Scenario, from, to st
 			mu.Unlock()
 		}
 	}()
+	controlPlaneGone := watchControlPlaneDeletions(ctx, c)
 	report, runErr := s.run(sc, c)
 	s.check(report, runErr)
 	cancel()
 	<-watched
 	s.g.Expect(streamErr).NotTo(HaveOccurred(), "the engine's event stream ended: a trial that cannot see the destroy proves nothing")
+	gone, err := controlPlaneGone()
+	s.g.Expect(err).NotTo(HaveOccurred(), "watching the control plane's DockerMachines and Machines")
 
 	newLabel, err := skew.VersionLabelValue(to)
 	s.g.Expect(err).NotTo(HaveOccurred())
@@ -173,7 +194,13 @@ func reopenTrial(t *testing.T, name string, sc conformance.Scenario, from, to st
 	// Never early: no new kubelet while an old kube-apiserver's container is there.
 	s.g.Expect(firstCreate).To(BeTemporally(">", lastOldDestroy), "a %s pool container was created before the old control plane's last container was destroyed", to)
 
-	trial := reopenRealTrial{Cluster: c.Name, CreateMs: msSince(firstCreate, lastOldDestroy), StartMs: msSince(firstStart, lastOldDestroy), StatusMs: -1}
+	// The upgrade of a control plane of one replaces one Machine: the old one is what went.
+	s.g.Expect(gone.dockerMachines).To(HaveLen(1), "control-plane DockerMachines deleted in the trial")
+	s.g.Expect(gone.machines).To(HaveLen(1), "control-plane Machines deleted in the trial")
+	trial := reopenRealTrial{
+		Cluster: c.Name, CreateMs: msSince(firstCreate, lastOldDestroy), StartMs: msSince(firstStart, lastOldDestroy), StatusMs: -1,
+		DockerMachineGoneMs: msSince(gone.dockerMachines[0], lastOldDestroy), MachineGoneMs: msSince(gone.machines[0], lastOldDestroy),
+	}
 	for _, x := range report.Timeline {
 		if len(x.ControlPlaneStatus) > 0 && x.ControlPlaneStatus[0] == to {
 			trial.StatusMs = msSince(x.At, lastOldDestroy)
@@ -187,9 +214,68 @@ func reopenTrial(t *testing.T, name string, sc conformance.Scenario, from, to st
 			trial.FromLastOldAPIServerMs = float64(l.FromAPIServers.Microseconds()) / 1000
 		}
 	}
-	s.logf("gate re-open from the old control plane's last container destroyed: KCP status %.0fms, create %.0fms, start %.0fms (monitor: %.0fms from the last old kube-apiserver)",
-		trial.StatusMs, trial.CreateMs, trial.StartMs, trial.FromLastOldAPIServerMs)
+	s.logf("gate re-open from the old control plane's last container destroyed: DockerMachine gone %.0fms, Machine gone %.0fms, KCP status %.0fms, create %.0fms, start %.0fms (monitor: %.0fms from the last old kube-apiserver)",
+		trial.DockerMachineGoneMs, trial.MachineGoneMs, trial.StatusMs, trial.CreateMs, trial.StartMs, trial.FromLastOldAPIServerMs)
 	return trial
+}
+
+// controlPlaneDeletions are when each control-plane DockerMachine and Machine that went during a
+// trial was first seen gone.
+type controlPlaneDeletions struct {
+	dockerMachines, machines []time.Time
+}
+
+// watchControlPlaneDeletions lists the cluster's control-plane DockerMachines and Machines every
+// 50 ms until ctx ends; the function it returns waits for that and says when each one seen was
+// first missing. A failed list ends the watch with its error: gaps would move the figures.
+func watchControlPlaneDeletions(ctx context.Context, c *framework.Cluster) func() (controlPlaneDeletions, error) {
+	ofControlPlane := []client.ListOption{client.InNamespace(c.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: c.Name}, client.HasLabels{clusterv1.MachineControlPlaneLabel}}
+	lastSeen := map[string]map[string]bool{"DockerMachine": {}, "Machine": {}}
+	goneAt := map[string]map[string]time.Time{"DockerMachine": {}, "Machine": {}}
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			dms, ms := &capdv1.DockerMachineList{}, &clusterv1.MachineList{} //nolint:staticcheck // CAPD v1.14's DockerMachine, which the template uses
+			for kind, list := range map[string]client.ObjectList{"DockerMachine": dms, "Machine": ms} {
+				if listErr := c.Management.List(ctx, list, ofControlPlane...); listErr != nil {
+					if ctx.Err() == nil {
+						err = fmt.Errorf("listing control-plane %ss: %w", kind, listErr)
+					}
+					return
+				}
+			}
+			now, present := time.Now(), map[string]map[string]bool{"DockerMachine": {}, "Machine": {}}
+			for i := range dms.Items {
+				present["DockerMachine"][dms.Items[i].Name] = true
+			}
+			for i := range ms.Items {
+				present["Machine"][ms.Items[i].Name] = true
+			}
+			for kind, names := range lastSeen {
+				for name := range names {
+					if _, recorded := goneAt[kind][name]; !present[kind][name] && !recorded {
+						goneAt[kind][name] = now
+					}
+				}
+				for name := range present[kind] {
+					names[name] = true
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (controlPlaneDeletions, error) {
+		<-done
+		return controlPlaneDeletions{
+			dockerMachines: slices.SortedFunc(maps.Values(goneAt["DockerMachine"]), time.Time.Compare),
+			machines:       slices.SortedFunc(maps.Values(goneAt["Machine"]), time.Time.Compare),
+		}, err
+	}
 }
 
 func msSince(t, from time.Time) float64 { return float64(t.Sub(from).Microseconds()) / 1000 }
