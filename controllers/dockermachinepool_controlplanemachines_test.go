@@ -181,11 +181,14 @@ func TestVersionGateControlPlaneMachinesGone(t *testing.T) {
 			}
 			gate := conditions.Get(s.pool, infrav1.VersionSkewCondition)
 			g.Expect(gate).ToNot(BeNil())
+			// The pool's kubelets are judged (reconcileKubeletSkew) against the same versions.
 			if tt.wantVerdict == skew.Proceed {
 				g.Expect(gate.Message).To(ContainSubstring("control-plane Machine old gone before"))
 				g.Expect(s.decision.AdmittedVersions).To(ContainElement("v1.31.0"))
+				g.Expect(s.controlPlaneVersions).To(Equal([]string{"v1.31.0"}))
 			} else {
 				g.Expect(gate.Reason).To(Equal(string(skew.ControlPlaneOlder)))
+				g.Expect(s.controlPlaneVersions).To(Equal([]string{"v1.30.0", "v1.31.0"}))
 			}
 		})
 	}

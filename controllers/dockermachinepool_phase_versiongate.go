@@ -171,6 +171,9 @@ func (r *DockerMachinePoolReconciler) decideWithoutGoneMachines(ctx context.Cont
 	decision.Message += fmt.Sprintf("; control-plane %s gone before %s reports it: deleted, infrastructure not found, no container on the engine",
 		machineList(gone), s.cluster.Spec.ControlPlaneRef.Kind)
 	log.Info("Control-plane Machines proven gone: not counting their version", "machines", gone, "versions", narrowed.Versions)
+	// The pool's kubelets are judged against what runs too: the new kubelets this admits are not
+	// out of policy against a kube-apiserver proven gone.
+	s.controlPlaneVersions = narrowed.Versions
 	return &decision, res
 }
 

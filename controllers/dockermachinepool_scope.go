@@ -39,7 +39,8 @@ type poolScope struct {
 
 	controlPlane *unstructured.Unstructured
 	// controlPlaneVersions are the versions the control plane reports (the contract's
-	// status.versions, else status.version); nil while it is not initialized or reports none.
+	// status.versions, else status.version), without those of its Machines proven gone
+	// (decideWithoutGoneMachines); nil while it is not initialized or reports none.
 	controlPlaneVersions []string
 	decision             *skew.Decision
 
