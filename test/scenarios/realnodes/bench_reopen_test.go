@@ -42,7 +42,7 @@ type reopenRealTrial struct {
 	DockerMachineGoneMs float64 `json:"dockerMachineGoneMs"`
 	MachineGoneMs       float64 `json:"machineGoneMs"`
 	CreateMs            float64 `json:"createMs"`
-	StartMs  float64 `json:"startMs"`
+	StartMs             float64 `json:"startMs"`
 	// FromLastOldAPIServerMs is the monitor's figure for the same re-open: from the first sample
 	// without an old kube-apiserver to the first with a new pool instance.
 	FromLastOldAPIServerMs float64 `json:"fromLastOldAPIServerMs"`
@@ -63,9 +63,9 @@ type reopenRealResults struct {
 	// ToDockerMachineGone and ToMachineGone: when the old control-plane objects were gone.
 	ToDockerMachineGone framework.Quantiles `json:"toDockerMachineGone"`
 	ToMachineGone       framework.Quantiles `json:"toMachineGone"`
-	Trials   []reopenRealTrial   `json:"trials"`
-	Failed   []string            `json:"failedTrials,omitempty"`
-	mu       sync.Mutex
+	Trials              []reopenRealTrial   `json:"trials"`
+	Failed              []string            `json:"failedTrials,omitempty"`
+	mu                  sync.Mutex
 }
 
 // TestBenchReopenReal runs the trials (as many at once as go test's -parallel, make's
