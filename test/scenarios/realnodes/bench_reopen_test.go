@@ -237,7 +237,7 @@ func watchControlPlaneDeletions(ctx context.Context, c *framework.Cluster) func(
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			dms, ms := &capdv1.DockerMachineList{}, &clusterv1.MachineList{} //nolint:staticcheck // CAPD v1.14's DockerMachine, which the template uses
+			dms, ms := &capdv1.DockerMachineList{}, &clusterv1.MachineList{}
 			for kind, list := range map[string]client.ObjectList{"DockerMachine": dms, "Machine": ms} {
 				if listErr := c.Management.List(ctx, list, ofControlPlane...); listErr != nil {
 					if ctx.Err() == nil {
