@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/external"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -34,18 +36,32 @@ const (
 	dockerMachineKind  = "DockerMachine"
 	// goneMachineRecheck is how soon a pool waiting for its control plane looks again while one
 	// of its control-plane machines is being deleted and not proven gone yet: the events that
-	// wake it (the Machine's, the engine's) may come before the last piece of proof.
-	goneMachineRecheck = 500 * time.Millisecond
+	// wake it (the Machine's, the engine's) may come before the last piece of proof. The wait
+	// grows with the time the deletion has been pending, up to goneMachineRecheckMax: a deletion
+	// that hangs (a drain, a pre-terminate hook) must not reconcile every waiting pool of the
+	// Cluster twice a second, and the watches still wake the pool on each step of it.
+	goneMachineRecheck    = 500 * time.Millisecond
+	goneMachineRecheckMax = 30 * time.Second
 )
+
+// goneMachineRecheckAfter is how soon to look again at a deletion pending for so long: the first
+// seconds at goneMachineRecheck, then about as long again as it has been pending (a doubling
+// back-off), never more than goneMachineRecheckMax.
+func goneMachineRecheckAfter(pendingFor time.Duration) time.Duration {
+	return min(max(pendingFor, goneMachineRecheck), goneMachineRecheckMax)
+}
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=dockermachines,verbs=get
 
 // deletedControlPlaneMachine is what the reconciler remembers of a control-plane Machine it saw
 // being deleted, to prove it gone once the Machine itself is gone too.
 type deletedControlPlaneMachine struct {
-	version       string
+	// versions are those it may have run (controlPlaneMachineVersions).
+	versions      []string
 	infraRef      clusterv1.ContractVersionedObjectReference
 	containerName string
+	// seenDeleting is when a reconcile first saw it being deleted.
+	seenDeleting time.Time
 }
 
 // deletedControlPlaneMachines remembers, per Cluster, the control-plane Machines seen being
@@ -64,6 +80,9 @@ func (d *deletedControlPlaneMachines) remember(cluster types.NamespacedName, nam
 	}
 	if d.byCluster[cluster] == nil {
 		d.byCluster[cluster] = map[string]deletedControlPlaneMachine{}
+	}
+	if known, ok := d.byCluster[cluster][name]; ok {
+		m.seenDeleting = known.seenDeleting
 	}
 	d.byCluster[cluster][name] = m
 }
@@ -84,7 +103,7 @@ func (d *deletedControlPlaneMachines) forgetUnless(cluster types.NamespacedName,
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for name, m := range d.byCluster[cluster] {
-		if !reportsVersion(reported, m.version) {
+		if !slices.ContainsFunc(m.versions, func(v string) bool { return reportsVersion(reported, v) }) {
 			delete(d.byCluster[cluster], name)
 		}
 	}
@@ -114,9 +133,11 @@ var errNotProven = errors.New("control-plane machines not accounted for")
 // machines may still run (skew.ControlPlane.WithoutGoneMachines): a control-plane Machine is gone
 // when it is being deleted (or was seen so and is gone), its DockerMachine is not found on a live
 // read and the engine has no container for it. Every control-plane container of the Cluster on
-// the engine must belong to a Machine listed now, or nothing is narrowed. It returns the
-// Machines proven gone, and whether one is being deleted and not proven gone yet.
-func (r *DockerMachinePoolReconciler) controlPlaneWithoutGoneMachines(ctx context.Context, cluster *clusterv1.Cluster, cp skew.ControlPlane) (_ skew.ControlPlane, gone []string, pending bool, _ error) {
+// the engine must belong to a Machine listed now, and every Machine not being deleted must say
+// which versions it runs (controlPlaneMachineVersions), or nothing is narrowed. It returns the
+// Machines proven gone, and for how long the oldest deletion not proven yet has been pending
+// (zero when none is).
+func (r *DockerMachinePoolReconciler) controlPlaneWithoutGoneMachines(ctx context.Context, cluster *clusterv1.Cluster, cp skew.ControlPlane) (_ skew.ControlPlane, gone []string, pendingFor time.Duration, _ error) {
 	clusterKey := client.ObjectKeyFromObject(cluster)
 	defer r.deletedControlPlaneMachines.forgetUnless(clusterKey, cp.Versions)
 
@@ -124,11 +145,11 @@ func (r *DockerMachinePoolReconciler) controlPlaneWithoutGoneMachines(ctx contex
 	machines := &clusterv1.MachineList{}
 	if err := r.APIReader.List(ctx, machines, client.InNamespace(cluster.Namespace),
 		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}, client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
-		return cp, nil, false, pkgerrors.Wrapf(err, "failed to list the control-plane Machines of Cluster %s", klog.KObj(cluster))
+		return cp, nil, 0, pkgerrors.Wrapf(err, "failed to list the control-plane Machines of Cluster %s", klog.KObj(cluster))
 	}
 	containers, err := r.Runtime.List(ctx, map[string]string{container.KindClusterLabel: cluster.Name, container.KindRoleLabel: container.KindControlPlaneRole})
 	if err != nil {
-		return cp, nil, false, pkgerrors.Wrapf(err, "failed to list the control-plane containers of Cluster %s", klog.KObj(cluster))
+		return cp, nil, 0, pkgerrors.Wrapf(err, "failed to list the control-plane containers of Cluster %s", klog.KObj(cluster))
 	}
 
 	listed := map[string]bool{}
@@ -138,37 +159,62 @@ func (r *DockerMachinePoolReconciler) controlPlaneWithoutGoneMachines(ctx contex
 		m := &machines.Items[i]
 		name := dockerMachineContainerName(cluster.Name, m.Name)
 		listed[name] = true
-		if m.DeletionTimestamp.IsZero() {
-			known = append(known, skew.ControlPlaneMachine{Name: m.Name, Version: m.Spec.Version})
-			continue
-		}
-		if m.Spec.InfrastructureRef.APIGroup != dockerMachineGroup || m.Spec.InfrastructureRef.Kind != dockerMachineKind {
+		versions, unknown := controlPlaneMachineVersions(m)
+		switch {
+		case m.DeletionTimestamp.IsZero() && unknown != "":
+			doubt = append(doubt, unknown)
+		case m.DeletionTimestamp.IsZero():
+			known = append(known, skew.ControlPlaneMachine{Name: m.Name, Versions: versions})
+		case m.Spec.InfrastructureRef.APIGroup != dockerMachineGroup || m.Spec.InfrastructureRef.Kind != dockerMachineKind:
 			doubt = append(doubt, fmt.Sprintf("Machine %s is on %s", m.Name, m.Spec.InfrastructureRef.Kind))
-			known = append(known, skew.ControlPlaneMachine{Name: m.Name, Version: m.Spec.Version})
-			continue
+		default:
+			r.deletedControlPlaneMachines.remember(clusterKey, m.Name, deletedControlPlaneMachine{
+				versions: versions, infraRef: m.Spec.InfrastructureRef, containerName: name, seenDeleting: r.clock()})
 		}
-		r.deletedControlPlaneMachines.remember(clusterKey, m.Name, deletedControlPlaneMachine{
-			version: m.Spec.Version, infraRef: m.Spec.InfrastructureRef, containerName: name})
 	}
 	for _, c := range containers {
 		if !listed[c.Name] {
-			return cp, nil, false, pkgerrors.Wrapf(errNotProven, "control-plane container %s belongs to no control-plane Machine of the Cluster", c.Name)
+			return cp, nil, 0, pkgerrors.Wrapf(errNotProven, "control-plane container %s belongs to no control-plane Machine of the Cluster", c.Name)
 		}
 	}
 	if len(doubt) > 0 {
-		return cp, nil, false, pkgerrors.Wrap(errNotProven, strings.Join(doubt, "; "))
+		return cp, nil, 0, pkgerrors.Wrap(errNotProven, strings.Join(doubt, "; "))
 	}
 
 	for name, m := range r.deletedControlPlaneMachines.of(clusterKey) {
 		proven, err := r.provenGone(ctx, cluster.Namespace, m)
 		if err != nil {
-			return cp, nil, false, err
+			return cp, nil, 0, err
 		}
-		pending = pending || !proven
-		known = append(known, skew.ControlPlaneMachine{Name: name, Version: m.version, Gone: proven})
+		if !proven {
+			pendingFor = max(pendingFor, r.clock().Sub(m.seenDeleting), time.Nanosecond)
+		}
+		known = append(known, skew.ControlPlaneMachine{Name: name, Versions: m.versions, Gone: proven})
 	}
 	narrowed, gone := cp.WithoutGoneMachines(known)
-	return narrowed, gone, pending, nil
+	return narrowed, gone, pendingFor, nil
+}
+
+// controlPlaneMachineVersions are the versions a control-plane Machine may run now: its
+// spec.version and its Node's kubelet version, which is what KubeadmControlPlane reports of it
+// (Cluster API's version.VersionsFromMachines). They differ while the Machine is updated in place:
+// its spec.version moves before its kubelet and kube-apiserver do. unknown says why they cannot
+// be told (an in-place update in progress, a Node that has not reported), empty when they can.
+func controlPlaneMachineVersions(m *clusterv1.Machine) (versions []string, unknown string) {
+	if m.Spec.Version != "" {
+		versions = append(versions, m.Spec.Version)
+	}
+	if m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion != "" {
+		versions = append(versions, m.Status.NodeInfo.KubeletVersion)
+	}
+	_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+	switch {
+	case updating || conditions.IsTrue(m, clusterv1.MachineUpdatingCondition):
+		return versions, fmt.Sprintf("Machine %s is being updated in place", m.Name)
+	case m.Status.NodeInfo == nil || m.Status.NodeInfo.KubeletVersion == "":
+		return versions, fmt.Sprintf("the Node of Machine %s has not reported its kubelet version", m.Name)
+	}
+	return versions, ""
 }
 
 // provenGone tells whether a deleted control-plane machine's DockerMachine is not found on a live

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -35,6 +37,20 @@ func controlPlaneMachine(name, version string, deleting bool) *clusterv1.Machine
 	if deleting {
 		m.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 		m.Finalizers = []string{clusterv1.MachineFinalizer}
+	}
+	// As Cluster API's Machine controller records it once the Machine's Node exists.
+	m.Status.NodeInfo = &corev1.NodeSystemInfo{KubeletVersion: version}
+	return m
+}
+
+// updatedInPlace is a live control-plane Machine of the test Cluster whose spec.version moved to
+// version while its Node still runs kubelet; inProgress marks the in-place update as Cluster API
+// does while it runs.
+func updatedInPlace(name, version, kubelet string, inProgress bool) *clusterv1.Machine {
+	m := controlPlaneMachine(name, version, false)
+	m.Status.NodeInfo.KubeletVersion = kubelet
+	if inProgress {
+		m.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
 	}
 	return m
 }
@@ -114,6 +130,29 @@ func TestVersionGateControlPlaneMachinesGone(t *testing.T) {
 				m.Spec.InfrastructureRef.Kind = "AWSMachine"
 				return m
 			}(), controlPlaneMachine("new", "v1.31.0", false)}, dockerMachine: []string{"new"}, containers: []string{"new"}},
+			wantVerdict: skew.Wait,
+		},
+		{
+			// KubeadmControlPlane reports each Machine's kubelet, not its spec.version: a Machine
+			// updated in place runs its old kube-apiserver under a new spec.version.
+			name: "the other Machine is being updated in place: spec new, its Node still old",
+			now: state{machines: []*clusterv1.Machine{controlPlaneMachine("old", "v1.30.0", true), updatedInPlace("new", "v1.31.0", "v1.30.0", true)},
+				dockerMachine: []string{"new"}, containers: []string{"new"}},
+			wantVerdict: skew.Wait,
+		},
+		{
+			name: "the other Machine's spec is new, its Node still old",
+			now: state{machines: []*clusterv1.Machine{controlPlaneMachine("old", "v1.30.0", true), updatedInPlace("new", "v1.31.0", "v1.30.0", false)},
+				dockerMachine: []string{"new"}, containers: []string{"new"}},
+			wantVerdict: skew.Wait,
+		},
+		{
+			name: "the other Machine's Node has not reported",
+			now: state{machines: []*clusterv1.Machine{controlPlaneMachine("old", "v1.30.0", true), func() *clusterv1.Machine {
+				m := controlPlaneMachine("new", "v1.31.0", false)
+				m.Status.NodeInfo = nil
+				return m
+			}()}, dockerMachine: []string{"new"}, containers: []string{"new"}},
 			wantVerdict: skew.Wait,
 		},
 		{
@@ -211,4 +250,43 @@ func testRESTMapper(c client.Client) meta.RESTMapper {
 	}
 	m.Add(dockerMachineGVK, meta.RESTScopeNamespace)
 	return m
+}
+
+// TestHangingControlPlaneDeletionBacksOff: while a control-plane Machine's deletion hangs (a
+// drain, a pre-terminate hook), a pool waiting for its control plane looks again quickly at
+// first, then less and less often: over ten minutes it reconciles a few dozen times, not twice a
+// second. The Machine watch and the engine's destroy events still wake it on each step.
+func TestHangingControlPlaneDeletionBacksOff(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	objs := world{controlPlaneVersions: []string{"v1.30.0", "v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
+	objs = append(objs, dockerMachineCRD(),
+		controlPlaneMachine("old", "v1.30.0", true), controlPlaneMachine("new", "v1.31.0", false),
+		dockerMachine("old"), dockerMachine("new"))
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"))
+	rt.Add(controlPlaneContainer("old"))
+	rt.Add(controlPlaneContainer("new"))
+	r, _ := newTestReconciler(g, objs, rt)
+	c := fake.NewClientBuilder().WithScheme(r.Client.Scheme()).WithRESTMapper(testRESTMapper(r.Client)).WithObjects(objs...).
+		WithStatusSubresource(&infrav1.DockerMachinePool{}, &infrav1.DockerMachinePoolMachine{}, &clusterv1.Machine{}).Build()
+	r.Client, r.APIReader = c, c
+	now := time.Now()
+	r.now = func() time.Time { return now }
+
+	const hang = 10 * time.Minute
+	var reconciles int
+	var requeues []time.Duration
+	for start := now; now.Sub(start) < hang; reconciles++ {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}})
+		g.Expect(err).ToNot(HaveOccurred())
+		g.Expect(res.RequeueAfter).To(BeNumerically(">", 0), "a pending deletion is looked at again")
+		requeues = append(requeues, res.RequeueAfter)
+		now = now.Add(res.RequeueAfter)
+	}
+	t.Logf("%d reconciles in %s; requeues %v", reconciles, hang, requeues)
+	g.Expect(requeues[0]).To(Equal(goneMachineRecheck), "the first look again is quick")
+	g.Expect(reconciles).To(BeNumerically("<=", 40), "reconciles of one waiting pool over a hung deletion")
+	pool := &infrav1.DockerMachinePool{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+	g.Expect(pool.Status.VersionGate.WaitingReason).To(Equal(string(skew.ControlPlaneOlder)))
 }

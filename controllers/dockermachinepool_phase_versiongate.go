@@ -142,11 +142,11 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 // decideWithoutGoneMachines decides again on the control plane without the versions of its
 // machines proven gone, for a gate that waits for the control plane: KubeadmControlPlane writes
 // its status seconds after its old Machine is gone. It returns that decision when it admits the
-// target, else nil (the control plane's status decides), and a short requeue while a machine is
-// being deleted and not proven gone yet.
+// target, else nil (the control plane's status decides), and a requeue while a machine is being
+// deleted and not proven gone yet (goneMachineRecheckAfter).
 func (r *DockerMachinePoolReconciler) decideWithoutGoneMachines(ctx context.Context, s *poolScope, input skew.Input) (*skew.Decision, ctrl.Result) {
 	log := ctrl.LoggerFrom(ctx)
-	narrowed, gone, pending, err := r.controlPlaneWithoutGoneMachines(ctx, s.cluster, input.ControlPlane)
+	narrowed, gone, pendingFor, err := r.controlPlaneWithoutGoneMachines(ctx, s.cluster, input.ControlPlane)
 	switch {
 	case errors.Is(err, errNotProven):
 		log.V(4).Info("Not narrowing the control plane by its Machines", "reason", err.Error())
@@ -154,11 +154,11 @@ func (r *DockerMachinePoolReconciler) decideWithoutGoneMachines(ctx context.Cont
 	case err != nil:
 		// The proof is an addition to the control plane's status, which still decides.
 		log.Error(err, "Not narrowing the control plane by its Machines")
-		return nil, ctrl.Result{RequeueAfter: goneMachineRecheck}
+		return nil, ctrl.Result{RequeueAfter: goneMachineRecheckMax}
 	}
 	var res ctrl.Result
-	if pending {
-		res.RequeueAfter = goneMachineRecheck
+	if pendingFor > 0 {
+		res.RequeueAfter = goneMachineRecheckAfter(pendingFor)
 	}
 	if len(gone) == 0 {
 		return nil, res

@@ -7,9 +7,12 @@ import "slices"
 type ControlPlaneMachine struct {
 	// Name identifies the machine in messages.
 	Name string
-	// Version is the Kubernetes version the machine was made at (a Cluster API Machine's
-	// spec.version), with or without a leading "v".
-	Version string
+	// Versions are every Kubernetes version the machine may run now, with or without a leading
+	// "v": for a Cluster API Machine, its spec.version and its Node's kubelet version
+	// (status.nodeInfo.kubeletVersion), which is what KubeadmControlPlane reports. The two differ
+	// while the machine is updated in place, and a machine counts under each. A machine with no
+	// versions cannot be accounted for.
+	Versions []string
 	// Gone is true only on positive proof that nothing of the machine runs any more, so that no
 	// kubelet can reach its kube-apiserver: for Cluster API, the Machine is being deleted (or is
 	// gone), its infrastructure object is not found on a live read, and the container or VM that
@@ -28,12 +31,13 @@ type ControlPlaneMachine struct {
 // running (say, a container of the control plane that belongs to no machine it knows) must not
 // call it. The result only ever narrows what the control plane reports:
 //
-//   - a reported version is dropped when at least one machine was made at it and every machine
-//     made at it is Gone; a version no machine was made at stays;
+//   - a reported version is dropped when at least one machine runs it and every machine that
+//     runs it is Gone; a version no machine runs stays;
 //   - a version no reported version matches is never added;
-//   - the control plane is returned unchanged when it is not initialized, when a reported or a
-//     machine's version does not parse (Decide reports the former), or when every reported
-//     version would be dropped: nothing would be left to judge a kubelet by.
+//   - the control plane is returned unchanged when it is not initialized, when a machine has no
+//     versions, when a reported or a machine's version does not parse (Decide reports the
+//     former), or when every reported version would be dropped: nothing would be left to judge a
+//     kubelet by.
 func (cp ControlPlane) WithoutGoneMachines(machines []ControlPlaneMachine) (ControlPlane, []string) {
 	if !cp.Initialized || len(cp.Versions) == 0 {
 		return cp, nil
@@ -41,18 +45,28 @@ func (cp ControlPlane) WithoutGoneMachines(machines []ControlPlaneMachine) (Cont
 	type holders struct{ all, gone []string }
 	byVersion := map[string]*holders{}
 	for _, m := range machines {
-		v, err := CanonicalVersion(m.Version)
-		if err != nil {
+		if len(m.Versions) == 0 {
 			return cp, nil
 		}
-		h := byVersion[v]
-		if h == nil {
-			h = &holders{}
-			byVersion[v] = h
-		}
-		h.all = append(h.all, m.Name)
-		if m.Gone {
-			h.gone = append(h.gone, m.Name)
+		held := map[string]bool{}
+		for _, version := range m.Versions {
+			v, err := CanonicalVersion(version)
+			if err != nil {
+				return cp, nil
+			}
+			if held[v] {
+				continue
+			}
+			held[v] = true
+			h := byVersion[v]
+			if h == nil {
+				h = &holders{}
+				byVersion[v] = h
+			}
+			h.all = append(h.all, m.Name)
+			if m.Gone {
+				h.gone = append(h.gone, m.Name)
+			}
 		}
 	}
 	narrowed := ControlPlane{Initialized: true}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -108,6 +109,10 @@ func gateReopenProofTrial(t *testing.T, statusDelay time.Duration) reopenProofHo
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachine", Name: name}},
 		}
 		g.Expect(c.management.Create(ctx, m)).To(Succeed())
+		// As Cluster API's Machine controller records it once the Node exists: the proof counts a
+		// Machine under its kubelet's version too, and doubts one whose Node has not reported.
+		m.Status.NodeInfo = &corev1.NodeSystemInfo{KubeletVersion: version}
+		g.Expect(c.management.Status().Update(ctx, m)).To(Succeed())
 		_, err := c.engine.Create(ctx, container.Spec{Name: name, Image: nodeImage,
 			Labels: map[string]string{container.KindClusterLabel: c.name, container.KindRoleLabel: container.KindControlPlaneRole}})
 		g.Expect(err).ToNot(HaveOccurred())
