@@ -250,9 +250,7 @@ func displayVersion(v string) string {
 // metric.
 func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	if len(s.controlPlaneVersions) == 0 {
-		conditions.Set(s.pool, metav1.Condition{Type: infrav1.KubeletSkewCondition, Status: metav1.ConditionUnknown,
-			Reason: infrav1.KubeletSkewUnknownReason, Message: "The control plane reports no version to judge the pool's kubelets by"})
-		metrics.KubeletsOutOfPolicy.WithLabelValues(s.pool.Namespace, s.pool.Name).Set(0)
+		kubeletSkewUnknown(s, "The control plane reports no version to judge the pool's kubelets by")
 		return ctrl.Result{}, nil
 	}
 	// Each version the pool runs is judged once, for all its kubelets.
@@ -266,7 +264,11 @@ func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, 
 		violations, ok := judged[v]
 		if !ok {
 			if violations, err = skew.Violations([]string{v}, s.controlPlaneVersions); err != nil {
-				return ctrl.Result{}, pkgerrors.Wrap(err, "failed to judge the pool's kubelets against the control plane")
+				// A version the control plane reports that does not parse is the control plane's
+				// input to fix, which the gate reports as InvalidVersion: the judgement is
+				// unknown, and the phases after this one (scale-down, remediation) still run.
+				kubeletSkewUnknown(s, "Cannot judge the pool's kubelets against the control plane: "+err.Error())
+				return ctrl.Result{}, nil
 			}
 			judged[v] = violations
 		}
@@ -290,4 +292,11 @@ func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, 
 	}
 	conditions.Set(s.pool, metaCondition(infrav1.KubeletSkewCondition, false, infrav1.KubeletsOutOfSkewPolicyReason, msg))
 	return ctrl.Result{}, nil
+}
+
+// kubeletSkewUnknown reports that the pool's kubelets cannot be judged, and why.
+func kubeletSkewUnknown(s *poolScope, msg string) {
+	conditions.Set(s.pool, metav1.Condition{Type: infrav1.KubeletSkewCondition, Status: metav1.ConditionUnknown,
+		Reason: infrav1.KubeletSkewUnknownReason, Message: msg})
+	metrics.KubeletsOutOfPolicy.WithLabelValues(s.pool.Namespace, s.pool.Name).Set(0)
 }

@@ -7,14 +7,17 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
 	fakeruntime "github.com/capdmp/capdmp/internal/container/fake"
+	"github.com/capdmp/capdmp/pkg/skew"
 )
 
 // TestScaleDownRemovesTheChosenInstances: a scale-down removes the instances whose Machine (or
@@ -145,4 +148,42 @@ func TestReplicasManagedBy(t *testing.T) {
 			g.Expect(deleting()).To(Equal(2), "no replicas yet: the pool stays as it is")
 		})
 	}
+}
+
+// TestScaleDownWithUnreadableControlPlaneVersion: a control plane that reports a version that
+// does not parse stops creation only (InvalidVersion), as docs/contract.md promises: the pool
+// still scales down, and the judgement of its kubelets becomes Unknown, naming the version.
+func TestScaleDownWithUnreadableControlPlaneVersion(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
+	objs := world{controlPlaneVersions: []string{"v1.31"}, machinePoolVersion: "v1.31.0", replicas: 1, dataSecret: true}.objects()
+	names := []string{"w0", "w1", "w2"}
+	for i, name := range names {
+		c := nodeContainer(g, name, "v1.31.0", time.Now().Add(time.Duration(i-len(names))*time.Hour))
+		c.Labels[infrav1.ImageLabel] = image(g, "v1.31.0")
+		rt.Add(c)
+		owner := ownerMachine(name)
+		owner.Spec.Version = "v1.31.0"
+		objs = append(objs, joinedMachine(c), owner)
+	}
+	r, _ := newTestReconciler(g, objs, rt)
+
+	pool := reconcilePool(g, r)
+	deleting := 0
+	for _, name := range names {
+		m := &clusterv1.Machine{}
+		g.Expect(r.Client.Get(ctx, client.ObjectKey{Namespace: testNamespace, Name: name}, m)).To(Succeed())
+		if !m.DeletionTimestamp.IsZero() {
+			deleting++
+		}
+	}
+	g.Expect(deleting).To(Equal(2), "a pool of 3 asked for 1 scales down")
+	gate := conditions.Get(pool, infrav1.VersionSkewCondition)
+	g.Expect(gate).ToNot(BeNil())
+	g.Expect(gate.Reason).To(Equal(string(skew.InvalidVersion)))
+	kubelets := conditions.Get(pool, infrav1.KubeletSkewCondition)
+	g.Expect(kubelets).ToNot(BeNil())
+	g.Expect(kubelets.Status).To(Equal(metav1.ConditionUnknown))
+	g.Expect(kubelets.Message).To(ContainSubstring(`"v1.31"`))
 }
