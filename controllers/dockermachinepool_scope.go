@@ -233,10 +233,16 @@ func (s *poolScope) active() []*instance {
 // desiredReplicas is the MachinePool's replica count; nil (an autoscaler not having decided yet)
 // keeps the pool as it is.
 func (s *poolScope) desiredReplicas() int {
-	if s.machinePool.Spec.Replicas == nil {
+	if s.replicasUnset() {
 		return len(s.active())
 	}
 	return int(*s.machinePool.Spec.Replicas)
+}
+
+// replicasUnset is true when the MachinePool says no replica count: Cluster API's webhook
+// defaults one, so only a MachinePool written with webhooks off has none.
+func (s *poolScope) replicasUnset() bool {
+	return s.machinePool.Spec.Replicas == nil
 }
 
 // configuration is the bootstrap configuration of the container: the one its bootstrap ran,
@@ -287,8 +293,13 @@ func (s *poolScope) outdated(i *instance) bool {
 
 // replaceable is true when the container is to be replaced now: while the gate admits the
 // target, every outdated container; while it waits, one whose configuration changed, by a
-// container of the last admitted version, as long as the gate still admits that version.
+// container of the last admitted version, as long as the gate still admits that version. Nothing
+// is replaced while the MachinePool's replicas are unset: the desired count is then the pool's
+// own size, which every surge container would raise, and the pool would grow without bound.
 func (s *poolScope) replaceable(i *instance) bool {
+	if s.replicasUnset() {
+		return false
+	}
 	if s.rolloutAdmitted() {
 		return s.outdated(i)
 	}

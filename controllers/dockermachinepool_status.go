@@ -68,7 +68,7 @@ func (r *DockerMachinePoolReconciler) updateStatus(s *poolScope, reconcileErr er
 		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, false, infrav1.WaitingForReplicasReadyReason,
 			fmt.Sprintf("%d of %d replicas ready", ready, desired)))
 	default:
-		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, true, infrav1.ReplicasReadyReason, ""))
+		conditions.Set(pool, metaCondition(infrav1.ReplicasReadyCondition, true, infrav1.ReplicasReadyReason, notRolledOut(s, active)))
 	}
 	if conditions.Get(pool, infrav1.MachinesCreatedCondition) == nil {
 		setMachinesCreated(s, creationPlan{})
@@ -94,4 +94,22 @@ func markEngineUnavailable(obj conditions.Setter, err error) {
 	}
 	conditions.Set(obj, metaCondition(infrav1.ReadyCondition, false, infrav1.EngineUnavailableReason,
 		"The container engine does not answer; retrying: "+err.Error()))
+}
+
+// notRolledOut says why outdated containers are not replaced when the MachinePool's replicas are
+// unset (replaceable), empty otherwise.
+func notRolledOut(s *poolScope, active []*instance) string {
+	if !s.replicasUnset() {
+		return ""
+	}
+	outdated := 0
+	for _, i := range active {
+		if s.outdated(i) {
+			outdated++
+		}
+	}
+	if outdated == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Not replacing outdated containers (%d): the MachinePool's spec.replicas is unset; set it to roll the pool out", outdated)
 }

@@ -8,6 +8,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -188,4 +190,37 @@ func TestMovedTagRollsNothing(t *testing.T) {
 			g.Expect(created[0].Labels).To(HaveKeyWithValue(infrav1.ImageLabel, image(g, "v1.31.0")), "the reference is recorded")
 		})
 	}
+}
+
+// TestNoRolloutWithoutReplicas: without the MachinePool's spec.replicas (Cluster API's webhook
+// defaults it; a MachinePool written with webhooks off has none) the pool's desired count is its
+// own size, which every surge container would raise. The pool then replaces nothing, neither
+// creating nor removing, and says why in ReplicasReady.
+func TestNoRolloutWithoutReplicas(t *testing.T) {
+	g := NewWithT(t)
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.30.0"), image(g, "v1.31.0"))
+	objs := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", dataSecret: true}.objects()
+	for _, o := range objs {
+		if mp, ok := o.(*clusterv1.MachinePool); ok {
+			mp.Spec.Replicas = nil
+		}
+	}
+	for i := range 2 {
+		c := nodeContainer(g, "old-"+itoa(i), "v1.30.0", time.Now().Add(-time.Hour))
+		rt.Add(c)
+		objs = append(objs, joinedMachine(c))
+	}
+	r, _ := newTestReconciler(g, objs, rt)
+
+	for step := range 5 {
+		count, ready := rolloutStep(g, r, rt)
+		g.Expect(count).To(Equal(2), "containers after reconcile %d", step+1)
+		g.Expect(ready).To(Equal(2), "ready containers after reconcile %d", step+1)
+	}
+	g.Expect(versionsOf(rt.Containers())).To(ConsistOf("v1.30.0", "v1.30.0"), "nothing replaced")
+	pool := &infrav1.DockerMachinePool{}
+	g.Expect(r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: testPool}, pool)).To(Succeed())
+	replicasReady := conditions.Get(pool, infrav1.ReplicasReadyCondition)
+	g.Expect(replicasReady).ToNot(BeNil())
+	g.Expect(replicasReady.Message).To(ContainSubstring("spec.replicas"))
 }
