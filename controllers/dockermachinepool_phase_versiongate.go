@@ -111,10 +111,15 @@ func (r *DockerMachinePoolReconciler) reconcileVersionGate(ctx context.Context, 
 		return res, nil
 	}
 
-	if gate.AdmittedImage == "" {
-		// Status lost (clusterctl move does not copy it, a status wipe) or a gate that never
-		// admitted here: the containers still say what was admitted when they were made.
-		gate.AdmittedVersion, gate.AdmittedImage = s.admittedFromContainers()
+	if gate.AdmittedImage == "" || !decision.Admits(gate.AdmittedVersion) {
+		// Status lost (clusterctl move does not copy it, a status wipe), a gate that never
+		// admitted here, or one whose last admission the control plane no longer supports (it
+		// was admitted on proof that is in memory only, or the control plane was downgraded):
+		// the containers still say what was admitted when they were made, and lost or unhealthy
+		// ones are replaced at the newest of those the gate admits now.
+		if version, image := s.admittedFromContainers(); image != "" || gate.AdmittedImage == "" {
+			gate.AdmittedVersion, gate.AdmittedImage = version, image
+		}
 	}
 	gate.WaitingReason = string(decision.Reason)
 	if previousReason != gate.WaitingReason {

@@ -372,3 +372,27 @@ func TestAdmittedImageFromContainers(t *testing.T) {
 		})
 	}
 }
+
+// TestReplacesAtVersionStillAdmitted: a gate that re-opened on proof recorded the target as
+// admitted; after a manager restart (the proof is in memory) or a control-plane downgrade the
+// control plane's status no longer admits it. A lost container is still replaced, at the newest
+// version a running container carries that the gate admits now. (The pause's bootstrap data was
+// already refreshed: a pause that begins anew waits for that first, TestDockerMachinePoolRefreshTarget.)
+func TestReplacesAtVersionStillAdmitted(t *testing.T) {
+	g := NewWithT(t)
+	rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"), image(g, "v1.32.0"))
+	objs := world{controlPlaneVersions: []string{"v1.31.0", "v1.32.0"}, machinePoolVersion: "v1.32.0", replicas: 2, dataSecret: true,
+		gate: infrav1.DockerMachinePoolVersionGateStatus{AdmittedVersion: "v1.32.0", AdmittedImage: image(g, "v1.32.0"), TargetVersion: "v1.32.0",
+			WaitingReason: string(skew.ControlPlaneOlder), WaitingSince: &metav1.Time{Time: time.Now().Add(-time.Hour)}, BootstrapDataHashAtPause: "data-of-an-hour-ago"}}.objects()
+	c := nodeContainer(g, "w0", "v1.31.0", time.Now().Add(-time.Hour))
+	c.Labels[infrav1.ImageLabel] = image(g, "v1.31.0")
+	rt.Add(c)
+	objs = append(objs, joinedMachine(c))
+	r, _ := newTestReconciler(g, objs, rt)
+
+	pool := reconcilePool(g, r)
+	g.Expect(pool.Status.VersionGate.WaitingReason).To(Equal(string(skew.ControlPlaneOlder)))
+	g.Expect(versionsOf(rt.Containers())).To(ConsistOf("v1.31.0", "v1.31.0"), "the lost container is replaced at v1.31.0")
+	g.Expect(pool.Status.VersionGate.AdmittedVersion).To(Equal("v1.31.0"))
+	g.Expect(pool.Status.VersionGate.AdmittedImage).To(Equal(image(g, "v1.31.0")))
+}
