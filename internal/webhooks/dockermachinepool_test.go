@@ -155,6 +155,47 @@ func TestDockerMachinePoolValidateCreate(t *testing.T) {
 			wantErrs: []string{`spec.template.extraMounts[0].hostPath: Forbidden: host path "/var/run/docker.sock" is /var/run/docker.sock, which no pool may mount whatever --allowed-host-paths says`},
 		},
 		{
+			name: "extraMounts container paths with a \":\" that Docker would read as bind options",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/proc:ro", HostPath: "/srv/a"},
+				{ContainerPath: "/data:rshared", HostPath: "/srv/b"},
+			}},
+			wantErrs: []string{
+				`spec.template.extraMounts[0].containerPath: Invalid value: "/proc:ro"`,
+				`spec.template.extraMounts[1].containerPath: Invalid value: "/data:rshared"`,
+				`contains ":"`,
+			},
+		},
+		{
+			name: "extraMounts host path with a \":\" that Docker would read as the container path",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/data", HostPath: "/srv/a:/b"},
+			}},
+			wantErrs: []string{`spec.template.extraMounts[0].hostPath: Invalid value: "/srv/a:/b"`, `contains ":"`},
+		},
+		{
+			name: "extraMounts on the mount points every node has",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/lib/modules", HostPath: "/srv/modules"},
+				{ContainerPath: "/tmp/", HostPath: "/srv/tmp"},
+				{ContainerPath: "/run", HostPath: "/srv/run"},
+				{ContainerPath: "/var", HostPath: "/srv/var"},
+			}},
+			wantErrs: []string{
+				`spec.template.extraMounts[0].containerPath: Forbidden: container path "/lib/modules"`,
+				`spec.template.extraMounts[1].containerPath: Forbidden: container path "/tmp/"`,
+				`spec.template.extraMounts[2].containerPath: Forbidden: container path "/run"`,
+				`spec.template.extraMounts[3].containerPath: Forbidden: container path "/var"`,
+			},
+		},
+		{
+			name: "extraMounts below the node's own mount points",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/var/lib/data", HostPath: "/srv/data"},
+				{ContainerPath: "/run/secrets", HostPath: "/srv/secrets", ReadOnly: true},
+			}},
+		},
+		{
 			name: "every error is reported at once",
 			template: infrav1.DockerMachinePoolMachineTemplate{
 				CustomImage:   "kindest/node:main",

@@ -61,6 +61,21 @@ func TestDockerMachinePoolTemplateValidateCreate(t *testing.T) {
 			wantErrs: []string{"spec.template.spec.template.customImage", "spec.template.spec.template.extraMounts[1].containerPath"},
 		},
 		{
+			name: "extraMounts Docker would read differently or refuse are refused under spec.template.spec.template",
+			template: templateWith(infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{
+				ExtraMounts: []infrav1.Mount{
+					{ContainerPath: "/data:rshared", HostPath: "/srv/a"},
+					{ContainerPath: "/b", HostPath: "/srv/a:/b"},
+					{ContainerPath: "/tmp", HostPath: "/srv/tmp"},
+				},
+			}}),
+			wantErrs: []string{
+				"spec.template.spec.template.extraMounts[0].containerPath: Invalid value",
+				"spec.template.spec.template.extraMounts[1].hostPath: Invalid value",
+				"spec.template.spec.template.extraMounts[2].containerPath: Forbidden",
+			},
+		},
+		{
 			name:     "provider IDs cannot be part of a template",
 			template: templateWith(infrav1.DockerMachinePoolSpec{ProviderID: "docker:////pool", ProviderIDList: []string{"docker:////pool-1"}}),
 			wantErrs: []string{"spec.template.spec.providerID: Forbidden", "spec.template.spec.providerIDList: Forbidden"},
