@@ -58,19 +58,25 @@ func (webhook *DockerMachinePoolTemplate) ValidateCreate(_ context.Context, temp
 }
 
 // ValidateUpdate rejects changes to spec.template.spec, except in the topology controller's
-// dry-run requests, and validates the rest.
+// dry-run requests, and validates a changed spec.
 func (webhook *DockerMachinePoolTemplate) ValidateUpdate(ctx context.Context, oldTemplate, newTemplate *infrav1.DockerMachinePoolTemplate) (admission.Warnings, error) {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request in the context: %v", err))
 	}
+	oldSpec, newSpec := oldTemplate.Spec, newTemplate.Spec
+	// A template whose spec is unchanged is not checked again, so that one admitted under an
+	// earlier rule or a wider --allowed-host-paths never blocks an update of its metadata, such as
+	// clusterctl move's annotations or the ClusterClass's owner references.
+	if equality.Semantic.DeepEqual(oldSpec, newSpec) {
+		return nil, nil
+	}
 
 	var allErrs field.ErrorList
-	if !topology.IsDryRunRequest(req, newTemplate) &&
-		!equality.Semantic.DeepEqual(oldTemplate.Spec.Template.Spec, newTemplate.Spec.Template.Spec) {
+	if !topology.IsDryRunRequest(req, newTemplate) && !equality.Semantic.DeepEqual(oldSpec.Template.Spec, newSpec.Template.Spec) {
 		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "template", "spec"),
 			"DockerMachinePoolTemplate spec.template.spec is immutable: create a new template and point the ClusterClass to it. Diff: "+
-				diff.Diff(oldTemplate.Spec.Template.Spec, newTemplate.Spec.Template.Spec)))
+				diff.Diff(oldSpec.Template.Spec, newSpec.Template.Spec)))
 	}
 	templateErrs, warnings := validatePoolTemplate(newTemplate, webhook.HostPaths)
 	allErrs = append(allErrs, templateErrs...)
