@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	pkgerrors "github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/diff"
@@ -64,7 +65,13 @@ func (webhook *DockerMachinePoolTemplate) ValidateUpdate(ctx context.Context, ol
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request in the context: %v", err))
 	}
-	oldSpec, newSpec := oldTemplate.Spec, newTemplate.Spec
+	// The defaulting webhook fills, on every update, what a template stored before its defaults
+	// existed or with webhooks off lacks: the specs are compared defaulted alike, so that this is
+	// no change.
+	oldSpec, newSpec, err := webhook.defaultedSpecs(ctx, oldTemplate, newTemplate)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
 	// A template whose spec is unchanged is not checked again, so that one admitted under an
 	// earlier rule or a wider --allowed-host-paths never blocks an update of its metadata, such as
 	// clusterctl move's annotations or the ClusterClass's owner references.
@@ -81,6 +88,18 @@ func (webhook *DockerMachinePoolTemplate) ValidateUpdate(ctx context.Context, ol
 	templateErrs, warnings := validatePoolTemplate(newTemplate, webhook.HostPaths)
 	allErrs = append(allErrs, templateErrs...)
 	return warnings, invalidTemplate(newTemplate, allErrs)
+}
+
+// defaultedSpecs returns the specs of both templates as the defaulting webhook leaves them.
+func (webhook *DockerMachinePoolTemplate) defaultedSpecs(ctx context.Context, oldTemplate, newTemplate *infrav1.DockerMachinePoolTemplate) (oldSpec, newSpec infrav1.DockerMachinePoolTemplateSpec, err error) {
+	oldDefaulted, newDefaulted := oldTemplate.DeepCopy(), newTemplate.DeepCopy()
+	if err := webhook.Default(ctx, oldDefaulted); err != nil {
+		return oldSpec, newSpec, pkgerrors.Wrap(err, "failed to default the stored DockerMachinePoolTemplate")
+	}
+	if err := webhook.Default(ctx, newDefaulted); err != nil {
+		return oldSpec, newSpec, pkgerrors.Wrap(err, "failed to default the updated DockerMachinePoolTemplate")
+	}
+	return oldDefaulted.Spec, newDefaulted.Spec, nil
 }
 
 // ValidateDelete allows every deletion.

@@ -230,6 +230,46 @@ func TestDockerMachinePoolTemplateMetadataUpdate(t *testing.T) {
 	}
 }
 
+// TestDockerMachinePoolTemplateStoredWithoutDefaults: a template stored before its defaults
+// existed, or while webhooks were off, lacks bootstrapTimeout. The defaulting webhook adds it to
+// every update; that is not a change of the immutable spec, any other value is.
+func TestDockerMachinePoolTemplateStoredWithoutDefaults(t *testing.T) {
+	stored := templateWith(infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{
+		CustomImage: "kindest/node:v1.34.1",
+	}})
+	annotated := stored.DeepCopy()
+	annotated.Annotations = map[string]string{clusterctlv1.BlockMoveAnnotation: ""}
+	otherTimeout := annotated.DeepCopy()
+	otherTimeout.Spec.Template.Spec.Template.BootstrapTimeout = &metav1.Duration{Duration: 5 * time.Minute}
+
+	tests := []struct {
+		name        string
+		newTemplate *infrav1.DockerMachinePoolTemplate
+		wantErrs    []string
+	}{
+		{name: "an annotation, with the default the webhook adds", newTemplate: annotated},
+		{name: "the same spec, with the default the webhook adds", newTemplate: stored.DeepCopy()},
+		{
+			name:        "a bootstrapTimeout other than the default",
+			newTemplate: otherTimeout,
+			wantErrs:    []string{"spec.template.spec: Forbidden", "immutable"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			webhook := &DockerMachinePoolTemplate{HostPaths: testHostPaths}
+			ctx := admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{DryRun: ptr.To(false)}})
+			// The API server calls the defaulting webhook on the update before the validating one.
+			newTemplate := tt.newTemplate.DeepCopy()
+			g.Expect(webhook.Default(ctx, newTemplate)).To(Succeed())
+			warnings, err := webhook.ValidateUpdate(ctx, stored, newTemplate)
+			expectInvalid(g, err, tt.wantErrs)
+			g.Expect(warnings).To(BeEmpty())
+		})
+	}
+}
+
 func TestDockerMachinePoolTemplateValidateUpdateWithoutRequest(t *testing.T) {
 	g := NewWithT(t)
 	template := templateWith(infrav1.DockerMachinePoolSpec{})
