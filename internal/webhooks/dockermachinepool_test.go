@@ -254,6 +254,29 @@ func TestDockerMachinePoolValidateUpdate(t *testing.T) {
 	}
 }
 
+// TestDockerMachinePoolStoredWithoutDefaults: a pool stored without bootstrapTimeout (with
+// webhooks off) gets the default on every update; that is no change of its template, so a
+// template the webhook would refuse now does not block updates such as the controller's.
+func TestDockerMachinePoolStoredWithoutDefaults(t *testing.T) {
+	g := NewWithT(t)
+	// Stored while webhooks were off: no default, a host path the webhook below does not allow.
+	stored := poolWith(infrav1.DockerMachinePoolMachineTemplate{
+		ExtraMounts: []infrav1.Mount{{ContainerPath: "/data", HostPath: "/data/pool"}},
+	})
+	updated := stored.DeepCopy()
+	updated.Spec.ProviderIDList = []string{"docker:////pool-abcde"}
+	webhook := &DockerMachinePool{HostPaths: testHostPaths}
+	// The API server calls the defaulting webhook on the update before the validating one.
+	g.Expect(webhook.Default(context.Background(), updated)).To(Succeed())
+	_, err := webhook.ValidateUpdate(context.Background(), stored, updated)
+	g.Expect(err).ToNot(HaveOccurred())
+
+	// A change of the template is still checked.
+	updated.Spec.Template.PreLoadImages = []string{"nginx:1.27"}
+	_, err = webhook.ValidateUpdate(context.Background(), stored, updated)
+	expectInvalid(g, err, []string{`spec.template.extraMounts[0].hostPath: Forbidden: host path "/data/pool"`})
+}
+
 // TestDockerMachinePoolStrategy: the webhook admits counts and percentages of a rolling update
 // and refuses what a rollout cannot use, on create, on update, and in a template.
 func TestDockerMachinePoolStrategy(t *testing.T) {
