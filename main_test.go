@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -27,13 +28,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/flags"
 	"sigs.k8s.io/cluster-api/util/test/builder"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -185,6 +189,77 @@ func TestManagerRunsWithItsRole(t *testing.T) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the pool is gone: %v", err)
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	g.Expect(refused.all()).To(BeEmpty(), "requests the manager's role does not allow")
+}
+
+// TestLeaderElectionWithItsRole: leader election as the manager runs it with --leader-elect
+// (controller-runtime's, on a Lease) acquires, renews and releases its Lease with the credentials
+// of a user bound to the Role config/rbac/leader_election_role.yaml ships and to nothing else, and
+// the API server refuses none of its requests: the verbs test/manifests holds the Role to suffice.
+func TestLeaderElectionWithItsRole(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	assets, err := testenv.BinaryAssetsDirectory(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+	admin, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	const ns, user, leaseName = "capdmp-system", "capdmp-leader", "capdmp-leader-election-test"
+	g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	role := &rbacv1.Role{}
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "leader_election_role.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(yaml.UnmarshalStrict(raw, role)).To(Succeed())
+	role.Namespace = ns
+	g.Expect(admin.Create(ctx, role)).To(Succeed())
+	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leader-election"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	})).To(Succeed())
+	leader, err := env.ControlPlane.AddUser(envtest.User{Name: user}, cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	leaderConfig := leader.Config()
+	refused := &forbiddenRecorder{}
+	leaderConfig.Wrap(refused.wrap)
+
+	// main.go's lock; durations short enough to see renewals within the test.
+	mgr, err := ctrl.NewManager(leaderConfig, ctrl.Options{
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                true,
+		LeaderElectionID:              leaseName,
+		LeaderElectionNamespace:       ns,
+		LeaderElectionResourceLock:    resourcelock.LeasesResourceLock,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(2 * time.Second),
+		RenewDeadline:                 ptr.To(time.Second),
+		RetryPeriod:                   ptr.To(200 * time.Millisecond),
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	mgrCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+
+	g.Eventually(mgr.Elected(), 30*time.Second).Should(BeClosed(), "the leader is elected")
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: ns, Name: leaseName}
+	g.Expect(admin.Get(ctx, key, lease)).To(Succeed())
+	acquired := lease.Spec.RenewTime.DeepCopy()
+	g.Eventually(func(g Gomega) {
+		g.Expect(admin.Get(ctx, key, lease)).To(Succeed())
+		g.Expect(lease.Spec.RenewTime.After(acquired.Time)).To(BeTrue())
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed(), "the leader renews its Lease")
+
+	stop()
+	g.Expect(<-done).To(Succeed())
+	g.Expect(admin.Get(ctx, key, lease)).To(Succeed())
+	g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(BeEmpty(), "the leader released its Lease")
+	g.Expect(refused.all()).To(BeEmpty(), "requests the leader election Role does not allow")
 }
 
 // poolWorld is a Cluster whose control plane runs version, a MachinePool of one replica at

@@ -317,16 +317,16 @@ type creationRefusal struct {
 }
 
 // verifyCreation checks what scale-up and remediation both need before a container of image is
-// made at version: every host path the pool mounts is allowed, the image is on the engine (it is
+// made at version: the pool's mounts can be made and are allowed, the image is on the engine (it is
 // never pulled), its content records version (its tag is a claim: a retagged image would start a
 // kubelet the gate never admitted), and no Node of the pool has shown the image to run another
 // version. It returns the image's ID, which containers are created from so that what runs is what
 // was verified, or why no container of it may be made now.
 func (r *DockerMachinePoolReconciler) verifyCreation(ctx context.Context, s *poolScope, image, version string) (string, *creationRefusal, error) {
-	if refusal := r.refusedMount(s.pool.Spec.Template.ExtraMounts); refusal != "" {
+	if refusal := r.refusedMount(s.pool.Spec.Template.ExtraMounts); refusal != nil {
 		// Only an edit of the pool or a manager restarted with another flag can change the
 		// answer; both trigger a reconcile.
-		return "", &creationRefusal{reason: infrav1.HostPathNotAllowedReason, message: refusal}, nil
+		return "", refusal, nil
 	}
 	// Images have no watch: a refusal below is looked at again later, a tag may be fixed.
 	img, err := r.imageVersions.Read(ctx, r.Runtime, image)
@@ -434,16 +434,30 @@ func setMachinesCreated(s *poolScope, plan creationPlan) {
 	conditions.Set(s.pool, metaCondition(infrav1.MachinesCreatedCondition, true, infrav1.MachinesCreatedReason, ""))
 }
 
-// refusedMount says which of mounts the manager's host-path policy refuses and why, "" when it
-// allows them all.
-func (r *DockerMachinePoolReconciler) refusedMount(mounts []infrav1.Mount) string {
-	var refusals []string
+// refusedMount says which of mounts no node container can have (internal/container, which the
+// webhooks call too) or the manager's host-path policy refuses, and why; nil when none. The first
+// are the reason when both occur: only the pool's author can fix them.
+func (r *DockerMachinePoolReconciler) refusedMount(mounts []infrav1.Mount) *creationRefusal {
+	var invalid, notAllowed []string
 	for i, m := range mounts {
+		mountPath := fmt.Sprintf("spec.template.extraMounts[%d]", i)
+		if err := container.CheckExtraMountSource(m.HostPath); err != nil {
+			invalid = append(invalid, mountPath+".hostPath: "+err.Error())
+		}
+		if err := container.CheckExtraMountTarget(m.ContainerPath); err != nil {
+			invalid = append(invalid, mountPath+".containerPath: "+err.Error())
+		}
 		if err := r.HostPaths.Check(m.HostPath); err != nil {
-			refusals = append(refusals, fmt.Sprintf("spec.template.extraMounts[%d].hostPath: %v", i, err))
+			notAllowed = append(notAllowed, mountPath+".hostPath: "+err.Error())
 		}
 	}
-	return strings.Join(refusals, "; ")
+	switch {
+	case len(invalid) > 0:
+		return &creationRefusal{reason: infrav1.ExtraMountInvalidReason, message: strings.Join(append(invalid, notAllowed...), "; ")}
+	case len(notAllowed) > 0:
+		return &creationRefusal{reason: infrav1.HostPathNotAllowedReason, message: strings.Join(notAllowed, "; ")}
+	}
+	return nil
 }
 
 func mountsOf(in []infrav1.Mount) []container.Mount {

@@ -41,6 +41,10 @@ const (
 	// HostPathNotAllowedReason: an extraMount's host path is not one the manager allows
 	// (--allowed-host-paths), so no container is created; the message names the mount and why.
 	HostPathNotAllowedReason = "HostPathNotAllowed"
+	// ExtraMountInvalidReason: an extraMount has a path Docker would read otherwise than it is
+	// written (one with a ":") or a container path where every node mounts something of its
+	// own, so no container is created; the message names the field and why.
+	ExtraMountInvalidReason = "ExtraMountInvalid"
 	// BootstrapFailedReason: the bootstrap commands failed in a container.
 	BootstrapFailedReason = "BootstrapFailed"
 	// WaitingForBootstrapDataReason: the MachinePool has no bootstrap data secret yet.

@@ -186,6 +186,11 @@ func (d *Docker) Create(ctx context.Context, spec Spec) (Container, error) {
 	if spec.Name == "" || spec.Image == "" {
 		return Container{}, errors.New("failed to create container: name and image are required")
 	}
+	for _, m := range spec.Mounts {
+		if err := errors.Join(bindablePath("host path", m.Source), bindablePath("container path", m.Target)); err != nil {
+			return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, err)
+		}
+	}
 	exists, err := d.ImageExists(ctx, spec.Image)
 	if err != nil {
 		return Container{}, fmt.Errorf("failed to create container %q: %w", spec.Name, err)
@@ -271,7 +276,9 @@ func dockerCreateOptions(spec Spec) (*dockercontainer.Config, *dockercontainer.H
 	}
 	for _, m := range spec.Mounts {
 		// Binds rather than the Mounts API, so that a missing host path is created as with
-		// `docker run -v`, which is what kind's node mounts rely on.
+		// `docker run -v`, which is what kind's node mounts rely on (the Mounts API creates it
+		// only from API 1.42, and Debian's engine speaks 1.41). Create refuses paths with a ":",
+		// which a bind cannot hold.
 		bind := m.Source + ":" + m.Target
 		if m.ReadOnly {
 			bind += ":ro"

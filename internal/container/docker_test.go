@@ -308,6 +308,22 @@ func TestDockerAgainstEngineStub(t *testing.T) {
 		g.Expect(d.Calls()).To(Equal(CallCounts{"Ping": 1, "ImageInspect": 1}))
 	})
 
+	t.Run("Create refuses a mount whose bind Docker would read otherwise, before asking the engine", func(t *testing.T) {
+		for _, m := range []Mount{
+			{Source: "/srv/a", Target: "/proc:ro"},
+			{Source: "/srv/a", Target: "/data:rshared"},
+			{Source: "/srv/a:/b", Target: "/data"},
+		} {
+			g := NewWithT(t)
+			e := &engineStub{images: map[string]bool{"kindest/node:v1.36.3": true}}
+			d := newStubDocker(t, e)
+			_, err := d.Create(ctx, Spec{Name: "n1", Image: "kindest/node:v1.36.3", Mounts: []Mount{{Source: "/srv/data", Target: "/data"}, m}})
+			g.Expect(err).To(MatchError(ContainSubstring(`contains ":"`)), "%+v", m)
+			g.Expect(err.Error()).To(ContainSubstring(`failed to create container "n1"`))
+			g.Expect(e.Requests()).To(BeEmpty(), "%+v: nothing is sent to the engine", m)
+		}
+	})
+
 	t.Run("Host reads the engine's machine in one Info call", func(t *testing.T) {
 		g := NewWithT(t)
 		e := &engineStub{}

@@ -3,9 +3,10 @@
 //
 // The webhooks check only what the CRD schema cannot: that a custom image's tag names the
 // Kubernetes version the version-skew gate will read, that preloaded images are image references,
-// that extra mounts mount only host paths the manager allows (internal/hostpath) and no two share
-// a container path, that templates change only by rotation, and that a pool's recorded UID neither
-// changes nor names another pool (PoolUIDIndex). docs/webhooks.md describes every rule for users.
+// that extra mounts mount only host paths the manager allows (internal/hostpath), as paths Docker
+// reads as written, on container paths a node can give up (internal/container), and no two on
+// one, that templates change only by rotation, and that a pool's recorded UID neither changes nor
+// names another pool (PoolUIDIndex). docs/webhooks.md describes every rule for users.
 package webhooks
 
 import (

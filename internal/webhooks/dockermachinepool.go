@@ -123,10 +123,14 @@ func (webhook *DockerMachinePool) validate(ctx context.Context, oldPool, newPool
 	}
 	// A pool whose template is unchanged is not checked again, so that a pool admitted before a
 	// rule existed never blocks unrelated updates, such as the controller writing providerIDList.
+	changed := oldPool == nil
+	if !changed {
+		if changed, err = webhook.specChanged(ctx, oldPool, newPool); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
 	var warnings admission.Warnings
-	if oldPool == nil || !equality.Semantic.DeepEqual(oldPool.Spec.Template, newPool.Spec.Template) ||
-		!equality.Semantic.DeepEqual(oldPool.Spec.Strategy, newPool.Spec.Strategy) ||
-		!equality.Semantic.DeepEqual(oldPool.Spec.Remediation, newPool.Spec.Remediation) {
+	if changed {
 		var templateErrs field.ErrorList
 		templateErrs, warnings = validateMachineTemplate(&newPool.Spec.Template, field.NewPath("spec", "template"), webhook.HostPaths)
 		allErrs = append(allErrs, templateErrs...)
@@ -137,6 +141,22 @@ func (webhook *DockerMachinePool) validate(ctx context.Context, oldPool, newPool
 		return warnings, apierrors.NewInvalid(infrav1.GroupVersion.WithKind("DockerMachinePool").GroupKind(), newPool.Name, allErrs)
 	}
 	return warnings, nil
+}
+
+// specChanged says whether an update changes what validate checks of a pool's spec. The pools are
+// compared defaulted alike: the defaulting webhook fills, on every update, what a pool stored with
+// webhooks off lacks, which is no change.
+func (webhook *DockerMachinePool) specChanged(ctx context.Context, oldPool, newPool *infrav1.DockerMachinePool) (bool, error) {
+	oldDefaulted, newDefaulted := oldPool.DeepCopy(), newPool.DeepCopy()
+	if err := webhook.Default(ctx, oldDefaulted); err != nil {
+		return false, pkgerrors.Wrap(err, "failed to default the stored DockerMachinePool")
+	}
+	if err := webhook.Default(ctx, newDefaulted); err != nil {
+		return false, pkgerrors.Wrap(err, "failed to default the updated DockerMachinePool")
+	}
+	return !equality.Semantic.DeepEqual(oldDefaulted.Spec.Template, newDefaulted.Spec.Template) ||
+		!equality.Semantic.DeepEqual(oldDefaulted.Spec.Strategy, newDefaulted.Spec.Strategy) ||
+		!equality.Semantic.DeepEqual(oldDefaulted.Spec.Remediation, newDefaulted.Spec.Remediation), nil
 }
 
 // poolHoldingRecordedUID returns another pool (another namespace or name) that holds the UID

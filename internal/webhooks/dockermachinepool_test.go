@@ -155,6 +155,47 @@ func TestDockerMachinePoolValidateCreate(t *testing.T) {
 			wantErrs: []string{`spec.template.extraMounts[0].hostPath: Forbidden: host path "/var/run/docker.sock" is /var/run/docker.sock, which no pool may mount whatever --allowed-host-paths says`},
 		},
 		{
+			name: "extraMounts container paths with a \":\" that Docker would read as bind options",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/proc:ro", HostPath: "/srv/a"},
+				{ContainerPath: "/data:rshared", HostPath: "/srv/b"},
+			}},
+			wantErrs: []string{
+				`spec.template.extraMounts[0].containerPath: Invalid value: "/proc:ro"`,
+				`spec.template.extraMounts[1].containerPath: Invalid value: "/data:rshared"`,
+				`contains ":"`,
+			},
+		},
+		{
+			name: "extraMounts host path with a \":\" that Docker would read as the container path",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/data", HostPath: "/srv/a:/b"},
+			}},
+			wantErrs: []string{`spec.template.extraMounts[0].hostPath: Invalid value: "/srv/a:/b"`, `contains ":"`},
+		},
+		{
+			name: "extraMounts on the mount points every node has",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/lib/modules", HostPath: "/srv/modules"},
+				{ContainerPath: "/tmp/", HostPath: "/srv/tmp"},
+				{ContainerPath: "/run", HostPath: "/srv/run"},
+				{ContainerPath: "/var", HostPath: "/srv/var"},
+			}},
+			wantErrs: []string{
+				`spec.template.extraMounts[0].containerPath: Forbidden: container path "/lib/modules"`,
+				`spec.template.extraMounts[1].containerPath: Forbidden: container path "/tmp/"`,
+				`spec.template.extraMounts[2].containerPath: Forbidden: container path "/run"`,
+				`spec.template.extraMounts[3].containerPath: Forbidden: container path "/var"`,
+			},
+		},
+		{
+			name: "extraMounts below the node's own mount points",
+			template: infrav1.DockerMachinePoolMachineTemplate{ExtraMounts: []infrav1.Mount{
+				{ContainerPath: "/var/lib/data", HostPath: "/srv/data"},
+				{ContainerPath: "/run/secrets", HostPath: "/srv/secrets", ReadOnly: true},
+			}},
+		},
+		{
 			name: "every error is reported at once",
 			template: infrav1.DockerMachinePoolMachineTemplate{
 				CustomImage:   "kindest/node:main",
@@ -211,6 +252,29 @@ func TestDockerMachinePoolValidateUpdate(t *testing.T) {
 			g.Expect(warnings).To(BeEmpty())
 		})
 	}
+}
+
+// TestDockerMachinePoolStoredWithoutDefaults: a pool stored without bootstrapTimeout (with
+// webhooks off) gets the default on every update; that is no change of its template, so a
+// template the webhook would refuse now does not block updates such as the controller's.
+func TestDockerMachinePoolStoredWithoutDefaults(t *testing.T) {
+	g := NewWithT(t)
+	// Stored while webhooks were off: no default, a host path the webhook below does not allow.
+	stored := poolWith(infrav1.DockerMachinePoolMachineTemplate{
+		ExtraMounts: []infrav1.Mount{{ContainerPath: "/data", HostPath: "/data/pool"}},
+	})
+	updated := stored.DeepCopy()
+	updated.Spec.ProviderIDList = []string{"docker:////pool-abcde"}
+	webhook := &DockerMachinePool{HostPaths: testHostPaths}
+	// The API server calls the defaulting webhook on the update before the validating one.
+	g.Expect(webhook.Default(context.Background(), updated)).To(Succeed())
+	_, err := webhook.ValidateUpdate(context.Background(), stored, updated)
+	g.Expect(err).ToNot(HaveOccurred())
+
+	// A change of the template is still checked.
+	updated.Spec.Template.PreLoadImages = []string{"nginx:1.27"}
+	_, err = webhook.ValidateUpdate(context.Background(), stored, updated)
+	expectInvalid(g, err, []string{`spec.template.extraMounts[0].hostPath: Forbidden: host path "/data/pool"`})
 }
 
 // TestDockerMachinePoolStrategy: the webhook admits counts and percentages of a rolling update

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	pkgerrors "github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/diff"
@@ -58,23 +59,47 @@ func (webhook *DockerMachinePoolTemplate) ValidateCreate(_ context.Context, temp
 }
 
 // ValidateUpdate rejects changes to spec.template.spec, except in the topology controller's
-// dry-run requests, and validates the rest.
+// dry-run requests, and validates a changed spec.
 func (webhook *DockerMachinePoolTemplate) ValidateUpdate(ctx context.Context, oldTemplate, newTemplate *infrav1.DockerMachinePoolTemplate) (admission.Warnings, error) {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request in the context: %v", err))
 	}
+	// The defaulting webhook fills, on every update, what a template stored before its defaults
+	// existed or with webhooks off lacks: the specs are compared defaulted alike, so that this is
+	// no change.
+	oldSpec, newSpec, err := webhook.defaultedSpecs(ctx, oldTemplate, newTemplate)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	// A template whose spec is unchanged is not checked again, so that one admitted under an
+	// earlier rule or a wider --allowed-host-paths never blocks an update of its metadata, such as
+	// clusterctl move's annotations or the ClusterClass's owner references.
+	if equality.Semantic.DeepEqual(oldSpec, newSpec) {
+		return nil, nil
+	}
 
 	var allErrs field.ErrorList
-	if !topology.IsDryRunRequest(req, newTemplate) &&
-		!equality.Semantic.DeepEqual(oldTemplate.Spec.Template.Spec, newTemplate.Spec.Template.Spec) {
+	if !topology.IsDryRunRequest(req, newTemplate) && !equality.Semantic.DeepEqual(oldSpec.Template.Spec, newSpec.Template.Spec) {
 		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "template", "spec"),
 			"DockerMachinePoolTemplate spec.template.spec is immutable: create a new template and point the ClusterClass to it. Diff: "+
-				diff.Diff(oldTemplate.Spec.Template.Spec, newTemplate.Spec.Template.Spec)))
+				diff.Diff(oldSpec.Template.Spec, newSpec.Template.Spec)))
 	}
 	templateErrs, warnings := validatePoolTemplate(newTemplate, webhook.HostPaths)
 	allErrs = append(allErrs, templateErrs...)
 	return warnings, invalidTemplate(newTemplate, allErrs)
+}
+
+// defaultedSpecs returns the specs of both templates as the defaulting webhook leaves them.
+func (webhook *DockerMachinePoolTemplate) defaultedSpecs(ctx context.Context, oldTemplate, newTemplate *infrav1.DockerMachinePoolTemplate) (oldSpec, newSpec infrav1.DockerMachinePoolTemplateSpec, err error) {
+	oldDefaulted, newDefaulted := oldTemplate.DeepCopy(), newTemplate.DeepCopy()
+	if err := webhook.Default(ctx, oldDefaulted); err != nil {
+		return oldSpec, newSpec, pkgerrors.Wrap(err, "failed to default the stored DockerMachinePoolTemplate")
+	}
+	if err := webhook.Default(ctx, newDefaulted); err != nil {
+		return oldSpec, newSpec, pkgerrors.Wrap(err, "failed to default the updated DockerMachinePoolTemplate")
+	}
+	return oldDefaulted.Spec, newDefaulted.Spec, nil
 }
 
 // ValidateDelete allows every deletion.

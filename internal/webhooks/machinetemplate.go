@@ -1,9 +1,9 @@
 package webhooks
 
 import (
+	"errors"
 	"fmt"
 	"path"
-	"strings"
 
 	"github.com/distribution/reference"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/container"
 	"github.com/capdmp/capdmp/internal/hostpath"
 	"github.com/capdmp/capdmp/internal/nodeimage"
 )
@@ -60,14 +61,19 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 
 	seenPaths := make(map[string]int, len(template.ExtraMounts))
 	for i, mount := range template.ExtraMounts {
-		if err := hostPaths.Check(mount.HostPath); err != nil {
-			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("hostPath"), err.Error()))
+		hostPathField := fldPath.Child("extraMounts").Index(i).Child("hostPath")
+		if err := container.CheckExtraMountSource(mount.HostPath); err != nil {
+			allErrs = append(allErrs, mountPathError(hostPathField, mount.HostPath, err))
 		}
-		if reason := forbiddenPath(mount.ContainerPath, forbiddenContainerPaths); reason != "" {
-			allErrs = append(allErrs, field.Forbidden(fldPath.Child("extraMounts").Index(i).Child("containerPath"),
-				fmt.Sprintf("%q %s: the node's init, kernel interfaces and kind's files live there", mount.ContainerPath, reason)))
+		if err := hostPaths.Check(mount.HostPath); err != nil {
+			allErrs = append(allErrs, field.Forbidden(hostPathField, err.Error()))
 		}
 		mountPath := fldPath.Child("extraMounts").Index(i).Child("containerPath")
+		// The controller checks both paths again with the same functions before it creates a
+		// container.
+		if err := container.CheckExtraMountTarget(mount.ContainerPath); err != nil {
+			allErrs = append(allErrs, mountPathError(mountPath, mount.ContainerPath, err))
+		}
 		// Docker refuses two mounts on one mount point however the path is spelled.
 		cleaned := path.Clean(mount.ContainerPath)
 		if first, ok := seenPaths[cleaned]; ok {
@@ -83,23 +89,13 @@ func validateMachineTemplate(template *infrav1.DockerMachinePoolMachineTemplate,
 	return allErrs, warnings
 }
 
-// forbiddenContainerPaths are where a mount would hide what the node needs. Host paths are the
-// business of internal/hostpath, which the controller checks again before creating a container.
-var forbiddenContainerPaths = []string{"/", "/proc", "/sys", "/dev", "/kind"}
-
-// forbiddenPath says why p is one of forbidden or below one of them, "" when it is neither. Paths
-// are compared cleaned, as Docker does.
-func forbiddenPath(p string, forbidden []string) string {
-	cleaned := path.Clean(p)
-	for _, f := range forbidden {
-		switch {
-		case cleaned == f:
-			return "is " + f
-		case f != "/" && strings.HasPrefix(cleaned, f+"/"):
-			return "is below " + f
-		}
+// mountPathError is the field error of a mount path the container runtime refuses: Invalid
+// when no bind can hold it as written, Forbidden when it is where the node needs something.
+func mountPathError(fldPath *field.Path, value string, err error) *field.Error {
+	if errors.Is(err, container.ErrNotBindable) {
+		return field.Invalid(fldPath, value, err.Error())
 	}
-	return ""
+	return field.Forbidden(fldPath, err.Error())
 }
 
 // validateStrategy checks a pool's rollout strategy: counts and percentages that are not

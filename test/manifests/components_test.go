@@ -150,6 +150,42 @@ func TestComponentsAggregatedClusterRole(t *testing.T) {
 	}
 }
 
+// TestComponentsLeaderElectionRole: the Role the manager's ServiceAccount is bound to for
+// --leader-elect grants what leader election uses and nothing more: get, create and update of
+// leases (client-go's LeaseLock, which controller-runtime uses) and events about them.
+func TestComponentsLeaderElectionRole(t *testing.T) {
+	g := NewWithT(t)
+	objs := components(t)
+
+	var roleName string
+	for _, obj := range byKind(objs, "RoleBinding") {
+		var binding rbacv1.RoleBinding
+		fromUnstructured(g, obj, &binding)
+		for _, s := range binding.Subjects {
+			if s.Kind == "ServiceAccount" && s.Name == "capdmp-manager" && s.Namespace == targetNamespace && binding.RoleRef.Kind == "Role" {
+				g.Expect(roleName).To(BeEmpty(), "one Role bound to the manager")
+				roleName = binding.RoleRef.Name
+			}
+		}
+	}
+	g.Expect(roleName).To(Equal("capdmp-leader-election-role"))
+
+	var roles []rbacv1.Role
+	for _, obj := range byKind(objs, "Role") {
+		if obj.GetName() == roleName {
+			var role rbacv1.Role
+			fromUnstructured(g, obj, &role)
+			roles = append(roles, role)
+		}
+	}
+	g.Expect(roles).To(HaveLen(1))
+	g.Expect(roles[0].Namespace).To(Equal(targetNamespace))
+	g.Expect(roles[0].Rules).To(Equal([]rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}), "leader election lists, watches, patches and deletes no lease")
+}
+
 func TestComponentsWebhooks(t *testing.T) {
 	g := NewWithT(t)
 	objs := components(t)
