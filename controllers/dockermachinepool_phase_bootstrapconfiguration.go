@@ -59,7 +59,11 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapConfiguration(ctx contex
 	case configHash != recorded.ConfigHash:
 		s.renderPending = fmt.Sprintf("KubeadmConfig %s changed after the data was rendered", configName)
 	}
-	recorded.DataHash, recorded.Configuration = data.Hash, data.Configuration()
+	configuration, err := data.Configuration(ctx)
+	if err != nil {
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to compute the configuration of the bootstrap data")
+	}
+	recorded.DataHash, recorded.Configuration = data.Hash, configuration
 	return ctrl.Result{}, nil
 }
 

@@ -89,7 +89,9 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		if data, err = bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name); err != nil {
 			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
 		}
-		configuration = data.Configuration()
+		if configuration, err = data.Configuration(ctx); err != nil {
+			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to compute the configuration of the bootstrap data")
+		}
 	}
 	s.creation.dataSecretName, s.creation.dataHash, s.creation.configuration = name, data.Hash, configuration
 
