@@ -77,7 +77,7 @@ func TestCABPKControlPlaneUpgradeKeepsTheConfiguration(t *testing.T) {
 		// data it reads: the same.
 		machineRead, err := bootstrap.Read(ctx, mgmt, cabpkNamespace, ptr.Deref(mp.Spec.Template.Spec.Bootstrap.DataSecretName, ""))
 		g.Expect(err).ToNot(HaveOccurred())
-		g.Expect(machineRead.Configuration()).To(Equal(pool.Status.BootstrapData.Configuration))
+		g.Expect(machineRead.Configuration(ctx)).To(Equal(pool.Status.BootstrapData.Configuration))
 		return pool.Status.BootstrapData.Configuration, s.data
 	}
 

@@ -34,7 +34,9 @@ const (
 func currentConfiguration(g Gomega) string {
 	data, err := bootstrap.NewData([]byte(cloudConfig), bootstrap.FormatCloudConfig)
 	g.Expect(err).ToNot(HaveOccurred())
-	return data.Configuration()
+	configuration, err := data.Configuration(context.Background())
+	g.Expect(err).ToNot(HaveOccurred())
+	return configuration
 }
 
 // configuredContainer is a ready container of version whose bootstrap configuration is recorded

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	pkgerrors "github.com/pkg/errors"
@@ -59,7 +60,17 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapConfiguration(ctx contex
 	case configHash != recorded.ConfigHash:
 		s.renderPending = fmt.Sprintf("KubeadmConfig %s changed after the data was rendered", configName)
 	}
-	recorded.DataHash, recorded.Configuration = data.Hash, data.Configuration()
+	configuration, err := data.Configuration(ctx)
+	switch {
+	case errors.Is(err, bootstrap.ErrTemplateBudgetExceeded):
+		// The data's configuration is unknown: the last one recorded stands (nothing is judged
+		// outdated on a guess), and reconcileBootstrapData creates no container with the data.
+		s.invalidData = "The configuration of the bootstrap data cannot be computed: " + err.Error()
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, pkgerrors.Wrap(err, "failed to compute the configuration of the bootstrap data")
+	}
+	recorded.DataHash, recorded.Configuration = data.Hash, configuration
 	return ctrl.Result{}, nil
 }
 

@@ -66,6 +66,10 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		if s.decision != nil && s.decision.Verdict == skew.Proceed {
 			gate.WaitingSince, gate.BootstrapDataHashAtPause = nil, ""
 		}
+		if s.invalidData != "" {
+			conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.InvalidBootstrapDataReason, s.invalidData))
+			return ctrl.Result{}, nil
+		}
 		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, true, infrav1.BootstrapDataFreshReason, ""))
 		return ctrl.Result{}, nil
 	}
@@ -89,9 +93,24 @@ func (r *DockerMachinePoolReconciler) reconcileBootstrapData(ctx context.Context
 		if data, err = bootstrap.Read(ctx, r.APIReader, s.pool.Namespace, name); err != nil {
 			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to read bootstrap data")
 		}
-		configuration = data.Configuration()
+		if configuration, err = data.Configuration(ctx); err != nil {
+			return ctrl.Result{}, pkgerrors.Wrap(err, "failed to compute the configuration of the bootstrap data")
+		}
 	}
 	s.creation.dataSecretName, s.creation.dataHash, s.creation.configuration = name, data.Hash, configuration
+	if s.invalidData == "" {
+		// Every container's bootstrap would fail on data that cannot become commands.
+		if _, err := bootstrap.Commands(data, bootstrap.Vars{Hostname: s.pool.Name}); err != nil {
+			s.invalidData = "The bootstrap data cannot be run: " + err.Error()
+		}
+	}
+	if s.invalidData != "" {
+		conditions.Set(s.pool, metaCondition(infrav1.BootstrapDataFreshCondition, false, infrav1.InvalidBootstrapDataReason, s.invalidData))
+		if s.creation.count > 0 && s.creation.blockedReason == "" {
+			s.creation.blockedReason, s.creation.blockedMessage = infrav1.InvalidBootstrapDataReason, s.invalidData
+		}
+		return ctrl.Result{}, nil
+	}
 
 	if pauseUnfinished && data.Hash == gate.BootstrapDataHashAtPause {
 		why := "the data predates the pause that began at " + gate.WaitingSince.UTC().Format(time.RFC3339)

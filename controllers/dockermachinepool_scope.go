@@ -49,6 +49,9 @@ type poolScope struct {
 	// (edited since it was rendered), empty when it does.
 	data          *bootstrap.Data
 	renderPending string
+	// invalidData says why no container can be bootstrapped with data (a file's template exceeds
+	// the rendering budget, its content cannot be decoded), empty when one can.
+	invalidData string
 
 	// remediations are the unhealthy instances this reconcile replaces, within maxInFlight;
 	// planCreation counts them as gone.

@@ -383,6 +383,12 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 		r.markBootstrapFailed(machine, metrics.BootstrapDataInvalid, "The bootstrap data cannot be run: "+err.Error())
 		return ctrl.Result{}, nil
 	}
+	// The pool creates no container for data whose configuration it cannot compute; the data
+	// may have changed since: the bootstrap waits for data it can label the container with.
+	configuration, err := data.Configuration(ctx)
+	if err != nil {
+		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to compute the configuration of the bootstrap data of container %s", machine.Name)
+	}
 
 	// Images are loaded before the bootstrap starts, within its timeout: kubeadm may need them.
 	preloadCtx, cancel := context.WithTimeout(ctx, bootstrapTimeoutOf(pool))
@@ -398,7 +404,7 @@ func (r *DockerMachinePoolMachineReconciler) startBootstrap(ctx context.Context,
 		machine.Labels = map[string]string{}
 	}
 	machine.Labels[infrav1.BootstrapDataHashLabel] = bootstrap.HashLabelValue(data.Hash)
-	machine.Labels[infrav1.BootstrapConfigurationLabel] = data.Configuration()
+	machine.Labels[infrav1.BootstrapConfigurationLabel] = configuration
 	markBootstrapping(machine, bootstrapTimeoutOf(pool))
 	log.Info("Started the bootstrap of container", "container", machine.Name)
 	r.eventf(machine, corev1.EventTypeNormal, infrav1.BootstrappingReason, "Started the bootstrap of container %s", machine.Name)

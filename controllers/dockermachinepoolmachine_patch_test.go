@@ -45,6 +45,8 @@ func TestMachineWritesOneStatusPerStep(t *testing.T) {
 		WithStatusSubresource(&infrav1.DockerMachinePoolMachine{}).WithInterceptorFuncs(writes.funcs()).Build()
 	data, err := bootstrap.Read(context.Background(), c, testNamespace, "mp-data")
 	g.Expect(err).ToNot(HaveOccurred())
+	configuration, err := data.Configuration(context.Background())
+	g.Expect(err).ToNot(HaveOccurred())
 	// As the pool creates it: labels (with the data it created the container for), owner,
 	// finalizer and providerID; no status.
 	machine := &infrav1.DockerMachinePoolMachine{
@@ -52,7 +54,7 @@ func TestMachineWritesOneStatusPerStep(t *testing.T) {
 			Namespace: testNamespace, Name: name,
 			Labels: map[string]string{
 				clusterv1.ClusterNameLabel: testCluster, infrav1.KubernetesVersionLabel: "v1.31.0",
-				infrav1.BootstrapDataHashLabel: bootstrap.HashLabelValue(data.Hash), infrav1.BootstrapConfigurationLabel: data.Configuration(),
+				infrav1.BootstrapDataHashLabel: bootstrap.HashLabelValue(data.Hash), infrav1.BootstrapConfigurationLabel: configuration,
 			},
 			OwnerReferences: []metav1.OwnerReference{poolOwnerRef("pool-uid")},
 			Finalizers:      []string{infrav1.MachinePoolMachineFinalizer},

@@ -79,6 +79,11 @@ const (
 	// KubeadmConfig's, no bootstrap token in it, or its token is shared); containers the gate
 	// admits are created with it.
 	BootstrapDataNotRefreshableReason = "NotRefreshable"
+	// InvalidBootstrapDataReason is used on BootstrapDataFresh and MachinesCreated: no container
+	// can be bootstrapped with the data (it cannot be turned into bootstrap commands, or the
+	// template of one of its files exceeds the rendering budget), so none is created; the
+	// message names the file and why.
+	InvalidBootstrapDataReason = "InvalidBootstrapData"
 
 	// DeletingReason is used on Ready while the object is being deleted.
 	DeletingReason = "Deleting"

@@ -2,12 +2,10 @@ package bootstrap
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"regexp"
 	"slices"
@@ -120,8 +118,9 @@ func hasCloudConfigHeader(value []byte) bool {
 // cloudConfigFiles decodes write_files, in document order.
 func cloudConfigFiles(cfg *cloudConfig) ([]file, error) {
 	files := make([]file, 0, len(cfg.WriteFiles))
+	budget := newGunzipBudget()
 	for i, wf := range cfg.WriteFiles {
-		f, err := decodeCloudConfigFile(wf)
+		f, err := decodeCloudConfigFile(wf, budget)
 		if err != nil {
 			return nil, fmt.Errorf("write_files[%d] %s: %w", i, wf.Path, err)
 		}
@@ -130,7 +129,7 @@ func cloudConfigFiles(cfg *cloudConfig) ([]file, error) {
 	return files, nil
 }
 
-func decodeCloudConfigFile(wf cloudConfigFile) (file, error) {
+func decodeCloudConfigFile(wf cloudConfigFile, budget *gunzipBudget) (file, error) {
 	path := strings.TrimSpace(wf.Path)
 	if !strings.HasPrefix(path, "/") {
 		return file{}, errors.New("path must be absolute")
@@ -139,7 +138,7 @@ func decodeCloudConfigFile(wf cloudConfigFile) (file, error) {
 		// Nodes have no network to fetch from, and a fetched file could not be hashed with the data.
 		return file{}, errors.New("source is not supported: put the content in the data")
 	}
-	content, err := decodeCloudConfigContent(wf.Content, wf.Encoding)
+	content, err := decodeCloudConfigContent(wf.Content, wf.Encoding, budget)
 	if err != nil {
 		return file{}, err
 	}
@@ -155,8 +154,8 @@ func decodeCloudConfigFile(wf cloudConfigFile) (file, error) {
 }
 
 // decodeCloudConfigContent decodes content as cloud-init's write_files does. Like cloud-init, an
-// unknown encoding is written as plain text.
-func decodeCloudConfigContent(content, encoding string) ([]byte, error) {
+// unknown encoding is written as plain text. Gzip content is decompressed within budget.
+func decodeCloudConfigContent(content, encoding string, budget *gunzipBudget) ([]byte, error) {
 	var b64, gz bool
 	switch strings.ToLower(strings.TrimSpace(encoding)) {
 	case "b64", "base64":
@@ -176,15 +175,7 @@ func decodeCloudConfigContent(content, encoding string) ([]byte, error) {
 		data = decoded
 	}
 	if gz {
-		r, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("content is not valid gzip: %w", err)
-		}
-		unzipped, err := io.ReadAll(r)
-		if err != nil {
-			return nil, fmt.Errorf("content is not valid gzip: %w", err)
-		}
-		data = unzipped
+		return budget.gunzip(data)
 	}
 	return data, nil
 }

@@ -348,12 +348,12 @@ func TestDecodeCloudConfigContent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.encoding, func(t *testing.T) {
 			g := NewWithT(t)
-			got, err := decodeCloudConfigContent(tt.content, tt.encoding)
+			got, err := decodeCloudConfigContent(tt.content, tt.encoding, newGunzipBudget())
 			g.Expect(err).ToNot(HaveOccurred())
 			g.Expect(string(got)).To(Equal(tt.want))
 		})
 	}
-	_, err := decodeCloudConfigContent("not gzip", "gzip")
+	_, err := decodeCloudConfigContent("not gzip", "gzip", newGunzipBudget())
 	NewWithT(t).Expect(err).To(MatchError(ContainSubstring("not valid gzip")))
 }
 
@@ -511,5 +511,79 @@ func TestWithIgnorePreflightErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		NewWithT(t).Expect(withIgnorePreflightErrors(tt.in, "E")).To(Equal(tt.want), tt.in)
+	}
+}
+
+// TestGzipContentIsBounded: gzip content is decompressed up to maxDecompressedBytes for all the
+// files of the data together, so that a small Secret cannot make every parse allocate gigabytes;
+// past it the parse fails, naming the file and the limit.
+func TestGzipContentIsBounded(t *testing.T) {
+	zeros := func(n int) string {
+		return base64.StdEncoding.EncodeToString([]byte(gzipString(t, strings.Repeat("\x00", n))))
+	}
+	cloudConfigFile := func(path string, n int) string {
+		return "- path: " + path + "\n  encoding: gz+b64\n  content: " + zeros(n) + "\n"
+	}
+	ignitionFile := func(path string, n int) string {
+		return `{"path": "` + path + `", "contents": {"source": "data:;base64,` + zeros(n) + `", "compression": "gzip"}}`
+	}
+	tests := []struct {
+		name    string
+		format  string
+		doc     string
+		wantErr string
+	}{
+		{
+			name:   "a cloud-config file of the limit",
+			format: FormatCloudConfig,
+			doc:    "#cloud-config\nwrite_files:\n" + cloudConfigFile("/etc/full", maxDecompressedBytes),
+		},
+		{
+			name:    "a cloud-config file past the limit",
+			format:  FormatCloudConfig,
+			doc:     "#cloud-config\nwrite_files:\n" + cloudConfigFile("/etc/small", 10) + cloudConfigFile("/etc/big", maxDecompressedBytes+1),
+			wantErr: "write_files[1] /etc/big: gzip content decompresses past 16 MiB",
+		},
+		{
+			name:    "cloud-config files past the limit together",
+			format:  FormatCloudConfig,
+			doc:     "#cloud-config\nwrite_files:\n" + cloudConfigFile("/etc/half", maxDecompressedBytes/2) + cloudConfigFile("/etc/more", maxDecompressedBytes/2+1),
+			wantErr: "write_files[1] /etc/more: gzip content decompresses past 16 MiB",
+		},
+		{
+			name:   "an Ignition file of the limit",
+			format: FormatIgnition,
+			doc:    `{"ignition": {"version": "3.4.0"}, "storage": {"files": [` + ignitionFile("/etc/full", maxDecompressedBytes) + `]}}`,
+		},
+		{
+			name:    "an Ignition file past the limit",
+			format:  FormatIgnition,
+			doc:     `{"ignition": {"version": "3.4.0"}, "storage": {"files": [` + ignitionFile("/etc/big", maxDecompressedBytes+1) + `]}}`,
+			wantErr: "storage.files[0] /etc/big: contents: gzip content decompresses past 16 MiB",
+		},
+		{
+			name:   "an Ignition file appended past the limit",
+			format: FormatIgnition,
+			doc: `{"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/etc/appended", "append": [` +
+				`{"source": "data:;base64,` + zeros(maxDecompressedBytes) + `", "compression": "gzip"},` +
+				`{"source": "data:;base64,` + zeros(1) + `", "compression": "gzip"}]}]}}`,
+			wantErr: "storage.files[0] /etc/appended: append[1]: gzip content decompresses past 16 MiB",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			data := mustData(t, []byte(tt.doc), tt.format)
+			_, err := Commands(data, Vars{Hostname: "n1"})
+			// The pool reads the JoinConfiguration through the same decoding.
+			_, joinErr := JoinConfigurationAPIVersion(data)
+			if tt.wantErr == "" {
+				g.Expect(err).ToNot(HaveOccurred())
+				g.Expect(joinErr).To(MatchError(ErrNoJoinConfiguration))
+				return
+			}
+			g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			g.Expect(joinErr).To(MatchError(ContainSubstring(tt.wantErr)))
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 )
@@ -19,7 +20,11 @@ const configurationHost = "node"
 // file rather than substituted, a kubelet flag, a command, the kubeadm API the data is written
 // in) changes it. Data whose commands cannot be built is identified by its value, tokens taken
 // out. 32 hex digits, so that it fits a Kubernetes label value.
-func (d Data) Configuration() string {
+//
+// Rendering the templates spends from a budget (templateBudget): a template that would exceed
+// it, or a ctx done first, is an error, which names the file.
+func (d Data) Configuration(ctx context.Context) (string, error) {
+	budget := newTemplateBudget(ctx)
 	h := sha256.New()
 	write := func(b []byte) {
 		_, _ = h.Write(anyBootstrapToken.ReplaceAll(b, []byte("<bootstrap token>")))
@@ -34,19 +39,23 @@ func (d Data) Configuration() string {
 		for _, arg := range c.Argv {
 			write([]byte(arg))
 		}
-		write(d.configurationInput(c))
+		input, err := d.configurationInput(budget, c)
+		if err != nil {
+			return "", err
+		}
+		write(input)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:hashLabelLength]
+	return hex.EncodeToString(h.Sum(nil))[:hashLabelLength], nil
 }
 
 // configurationInput is the stdin of a command as Configuration counts it: the content of a file
 // rendered from one of the data's Templates with the control plane version taken out; anything
 // else as it is. Data without Templates (another bootstrap provider, or no templated file) counts
 // as it did before templates were known.
-func (d Data) configurationInput(c Command) []byte {
+func (d Data) configurationInput(budget *templateBudget, c Command) ([]byte, error) {
 	path, ok := writtenPath(c)
 	if !ok || len(d.Templates) == 0 {
-		return c.Stdin
+		return c.Stdin, nil
 	}
 	var asWritten func([]byte) ([]byte, error)
 	if (d.Format == FormatCloudConfig || d.Format == "") && hasJinjaHeader(d.Value) {
@@ -59,9 +68,13 @@ func (d Data) configurationInput(c Command) []byte {
 		if t.Path != path {
 			continue
 		}
-		if content, ok := withoutControlPlaneVersion(t.Path, t.Template, c.Stdin, asWritten); ok {
-			return content
+		content, ok, err := withoutControlPlaneVersion(budget, t.Path, t.Template, c.Stdin, asWritten)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return content, nil
 		}
 	}
-	return c.Stdin
+	return c.Stdin, nil
 }

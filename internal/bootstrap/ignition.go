@@ -1,13 +1,10 @@
 package bootstrap
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"path"
 	"strings"
@@ -200,8 +197,9 @@ func systemctlCommand(verb, unit, step string) Command {
 // ignitionFiles decodes storage.files, in order.
 func ignitionFiles(cfg *ignitionConfig) ([]file, error) {
 	files := make([]file, 0, len(cfg.Storage.Files))
+	budget := newGunzipBudget()
 	for i, f := range cfg.Storage.Files {
-		decoded, err := decodeIgnitionFile(f)
+		decoded, err := decodeIgnitionFile(f, budget)
 		if err != nil {
 			return nil, fmt.Errorf("storage.files[%d] %s: %w", i, f.Path, err)
 		}
@@ -210,12 +208,12 @@ func ignitionFiles(cfg *ignitionConfig) ([]file, error) {
 	return files, nil
 }
 
-func decodeIgnitionFile(f ignitionFile) (file, error) {
+func decodeIgnitionFile(f ignitionFile, budget *gunzipBudget) (file, error) {
 	if err := checkNode(f.ignitionNode); err != nil {
 		return file{}, err
 	}
 	out := file{Path: f.Path, Permissions: ignitionMode(f.Mode, 0o644), Owner: ignitionOwner(f.ignitionNode)}
-	content, err := decodeIgnitionResource(f.Contents)
+	content, err := decodeIgnitionResource(f.Contents, budget)
 	if err != nil {
 		return file{}, fmt.Errorf("contents: %w", err)
 	}
@@ -232,7 +230,7 @@ func decodeIgnitionFile(f ignitionFile) (file, error) {
 			return file{}, fmt.Errorf("append: %w", err)
 		}
 		for j, r := range appendV3 {
-			more, err := decodeIgnitionResource(r)
+			more, err := decodeIgnitionResource(r, budget)
 			if err != nil {
 				return file{}, fmt.Errorf("append[%d]: %w", j, err)
 			}
@@ -286,8 +284,8 @@ func ignitionOwner(n ignitionNode) string {
 }
 
 // decodeIgnitionResource returns the content of a data URL (RFC 2397), the only source a node
-// without network can use, uncompressed.
-func decodeIgnitionResource(r ignitionResource) ([]byte, error) {
+// without network can use, uncompressed within budget.
+func decodeIgnitionResource(r ignitionResource, budget *gunzipBudget) ([]byte, error) {
 	if r.Source == "" {
 		return []byte{}, nil
 	}
@@ -313,12 +311,8 @@ func decodeIgnitionResource(r ignitionResource) ([]byte, error) {
 	switch r.Compression {
 	case "":
 	case "gzip":
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("content is not valid gzip: %w", err)
-		}
-		if data, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("content is not valid gzip: %w", err)
+		if data, err = budget.gunzip(data); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("compression %q is not supported", r.Compression)

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"testing"
 
@@ -137,3 +138,13 @@ func mustData(t *testing.T, value []byte, format string) *Data {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// configurationOf is the Configuration of data whose templates render within the budget.
+func configurationOf(t *testing.T, d *Data) string {
+	t.Helper()
+	configuration, err := d.Configuration(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return configuration
+}

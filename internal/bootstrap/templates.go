@@ -7,7 +7,6 @@ import (
 	"io"
 	"regexp"
 	"strings"
-	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,7 +34,7 @@ type FileTemplate struct {
 const controlPlaneVersionPlaceholder = "<control plane version>"
 
 // maxRenderedTemplateBytes is CABPK's bound on one rendered file (1 MiB): it renders nothing
-// longer, so no file of its data is longer.
+// longer, so no file of its data is longer. No string a template makes is longer either.
 const maxRenderedTemplateBytes = 1 << 20
 
 // maxVersionCandidates bounds the renderings tried per file.
@@ -61,15 +60,19 @@ func templateData(controlPlaneVersion string) map[string]any {
 // rendering of tpl (the template was edited since the data was rendered, or prints the version
 // in a form no candidate reproduces): then the content counts as it is. asWritten, when not nil,
 // turns a rendering into what the node gets (the cloud-init instance variables of a Jinja
-// document: cloud-init renders the whole document, the files CABPK rendered included).
-func withoutControlPlaneVersion(path, tpl string, content []byte, asWritten func([]byte) ([]byte, error)) ([]byte, bool) {
-	t, err := template.New(path).Parse(tpl)
+// document: cloud-init renders the whole document, the files CABPK rendered included). Rendering
+// spends from budget; once it is spent, or its context is done, the error says so.
+func withoutControlPlaneVersion(budget *templateBudget, path, tpl string, content []byte, asWritten func([]byte) ([]byte, error)) ([]byte, bool, error) {
+	t, err := budget.parse(path, tpl)
 	if err != nil {
-		return nil, false
+		// CABPK renders no file from a template that does not parse: the content counts as it is.
+		return nil, false, nil //nolint:nilerr // not an error of the Configuration
 	}
+	var exceeded error
 	render := func(version string) ([]byte, bool) {
 		var buf bytes.Buffer
 		if err := t.Execute(&limitedWriter{w: &buf, remaining: maxRenderedTemplateBytes}, templateData(version)); err != nil {
+			exceeded = budget.stoppedBy(err)
 			return nil, false
 		}
 		if asWritten == nil {
@@ -88,19 +91,25 @@ func withoutControlPlaneVersion(path, tpl string, content []byte, asWritten func
 	}
 	if renders("") {
 		// Rendered without a control plane version (the Cluster has none): nothing to take out.
-		return content, true
+		return content, true, nil
 	}
 	for _, version := range versionCandidates(content) {
+		if exceeded != nil {
+			break
+		}
 		if !renders(version) {
 			continue
 		}
 		out, ok := render(controlPlaneVersionPlaceholder)
 		if !ok {
-			return nil, false
+			break
 		}
-		return append(bytes.TrimRight(out, "\n"), trailing...), true
+		return append(bytes.TrimRight(out, "\n"), trailing...), true, nil
 	}
-	return nil, false
+	if exceeded != nil {
+		return nil, false, fmt.Errorf("failed to render the template of file %s: %w", path, exceeded)
+	}
+	return nil, false, nil
 }
 
 // versionCandidates are the control plane versions content may have been rendered with: each
@@ -131,7 +140,7 @@ type limitedWriter struct {
 
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	if len(p) > l.remaining {
-		return 0, fmt.Errorf("rendered output exceeds the %d byte limit", maxRenderedTemplateBytes)
+		return 0, fmt.Errorf("%w: the rendered file exceeds the %d byte limit", ErrTemplateBudgetExceeded, maxRenderedTemplateBytes)
 	}
 	l.remaining -= len(p)
 	return l.w.Write(p)

@@ -3,10 +3,12 @@ package bootstrap
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"text/template"
+	"time"
 
 	"github.com/blang/semver/v4"
 	. "github.com/onsi/gomega"
@@ -214,11 +216,11 @@ func TestConfigurationWithoutControlPlaneVersion(t *testing.T) {
 			g := NewWithT(t)
 			before, after := tt.before.data(t), tt.after.data(t)
 			g.Expect(before.Hash != after.Hash || !reflect.DeepEqual(before.Templates, after.Templates)).To(BeTrue(), "the test changes the data or its templates")
-			g.Expect(after.Configuration()).To(HaveLen(hashLabelLength))
+			g.Expect(configurationOf(t, after)).To(HaveLen(hashLabelLength))
 			if tt.same {
-				g.Expect(after.Configuration()).To(Equal(before.Configuration()))
+				g.Expect(configurationOf(t, after)).To(Equal(configurationOf(t, before)))
 			} else {
-				g.Expect(after.Configuration()).ToNot(Equal(before.Configuration()))
+				g.Expect(configurationOf(t, after)).ToNot(Equal(configurationOf(t, before)))
 			}
 		})
 	}
@@ -243,7 +245,7 @@ func TestConfigurationOfTemplatesWithoutVersion(t *testing.T) {
 			g := NewWithT(t)
 			withTemplates := templatedWorker{controlPlaneVersion: tt.version, template: tt.template}.data(t)
 			without := templatedWorker{controlPlaneVersion: tt.version, template: tt.template, noTemplates: true}.data(t)
-			g.Expect(withTemplates.Configuration()).To(Equal(without.Configuration()))
+			g.Expect(configurationOf(t, withTemplates)).To(Equal(configurationOf(t, without)))
 		})
 	}
 }
@@ -327,5 +329,100 @@ func TestReadTemplates(t *testing.T) {
 			g.Expect(err).ToNot(HaveOccurred())
 			g.Expect(d.Templates).To(Equal(tt.want))
 		})
+	}
+}
+
+// TestTemplateRenderingIsBounded: a KubeadmConfig's template runs at every pool reconcile, with
+// the text/template of the Go library, which has no means to cancel a rendering. A template
+// that would run for hours, or grow a string without bound, ends in an error that names the
+// file and the limit instead.
+func TestTemplateRenderingIsBounded(t *testing.T) {
+	// Template calls that double at each level: 2^40 calls, and no range.
+	doublingCalls := `{{define "t0"}}{{end}}`
+	for i := 1; i <= 40; i++ {
+		doublingCalls += fmt.Sprintf(`{{define "t%d"}}{{template "t%d"}}{{template "t%d"}}{{end}}`, i, i-1, i-1)
+	}
+	doublingCalls += `{{template "t40"}}`
+	tests := []struct {
+		name     string
+		template string
+		wantErr  string
+	}{
+		{name: "nested ranges over integers", template: "{{range 1000000}}{{range 1000000}}{{end}}{{end}}", wantErr: "steps"},
+		{name: "template calls that double", template: doublingCalls, wantErr: "steps"},
+		{name: "output past the limit", template: "{{range 1000000}}" + strings.Repeat("x", 1024) + "{{end}}", wantErr: "1048576 byte limit"},
+		{name: "a string doubled until it is too long", template: `{{$s := "0123456789abcdef"}}` + strings.Repeat(`{{$s = printf "%s%s" $s $s}}`, 40), wantErr: "printf would make a string longer than 1048576 bytes"},
+		{name: "a string escaped until it is too long", template: `{{$s := printf "%0200000d" 0}}{{$s = printf "%s<" $s}}` + strings.Repeat(`{{$s = html $s $s}}`, 5), wantErr: "html would make a string longer than 1048576 bytes"},
+		{name: "a wide format", template: strings.Repeat(`{{printf "%01000000d%01000000d" 1 2}}`, 1), wantErr: "printf would make a string longer"},
+		{name: "the same long argument printed many times", template: `{{$s := printf "%0100000d" 1}}{{printf "` + strings.Repeat("%[1]s", 100) + `" $s}}`, wantErr: "printf would make a string longer"},
+		{name: "long strings made again and again", template: `{{range 1000000}}{{$s := printf "%0500000d" 1}}{{end}}`, wantErr: "steps"},
+		{name: "deep recursion", template: `{{define "r"}}{{template "r"}}{{end}}{{template "r"}}`, wantErr: "steps"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			data := templatedWorker{controlPlaneVersion: "v1.35.0"}.data(t)
+			data.Templates[0].Template = tt.template
+			done := make(chan error, 1)
+			go func() {
+				_, err := data.Configuration(context.Background())
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				g.Expect(err).To(MatchError(ErrTemplateBudgetExceeded))
+				g.Expect(err).To(MatchError(ContainSubstring(versionedPath)))
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			case <-time.After(time.Minute):
+				// A bounded rendering takes milliseconds; this one would hold a worker for hours.
+				t.Fatalf("Configuration did not return within a minute: the rendering of %s is not bounded", versionedPath)
+			}
+		})
+	}
+}
+
+// TestTemplateRenderingHonoursTheContext: a reconcile whose context is done stops rendering.
+func TestTemplateRenderingHonoursTheContext(t *testing.T) {
+	g := NewWithT(t)
+	data := templatedWorker{controlPlaneVersion: "v1.35.0"}.data(t)
+	data.Templates[0].Template = "{{range 1000000}}{{range 1000000}}{{end}}{{end}}"
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := data.Configuration(ctx)
+	g.Expect(err).To(MatchError(context.Canceled))
+	g.Expect(err).To(MatchError(ContainSubstring(versionedPath)))
+}
+
+// TestMeteredTemplatesRenderAsCABPK: the budget's functions and the calls it adds to a template
+// change nothing it renders.
+func TestMeteredTemplatesRenderAsCABPK(t *testing.T) {
+	templates := []string{
+		"plain text\n",
+		"v: {{ .controlPlane.version }}\n",
+		"{{ if .controlPlane }}{{ .controlPlane.version }}{{ else }}unknown{{ end }}\n",
+		"{{ with .controlPlane }}{{ .version }}{{ else with . }}empty{{ end }}",
+		"{{ range $k, $v := .controlPlane }}{{ $k }}={{ $v }};{{ else }}none{{ end }}",
+		"{{ range 5 }}{{ if eq . 3 }}{{ break }}{{ end }}{{ if eq . 1 }}{{ continue }}{{ end }}{{ . }}{{ end }}",
+		`{{ define "v" }}[{{ .version }}]{{ end }}{{ with .controlPlane }}{{ template "v" . }}{{ end }}{{ block "b" . }}block{{ end }}`,
+		`{{ printf "%s-%05d-%q" "a" 42 "b" }} {{ print 1 2 "x" }} {{ println "y" }}`,
+		`{{ html "<a&b>" }} {{ js "it's <x>" }} {{ urlquery "a b&c" }} {{ slice "v1.35.0" 1 }} {{ len "abc" }} {{ index . "controlPlane" }}`,
+		`{{ $v := "" }}{{ if .controlPlane }}{{ $v = .controlPlane.version }}{{ end }}{{ $v }}{{/* a comment */}}`,
+		"{{- /* trimmed */ -}}\n  {{ 1 }}  {{- 2 -}}  ",
+	}
+	for _, tpl := range templates {
+		for _, version := range []string{"", "v1.35.0"} {
+			t.Run(tpl+" "+version, func(t *testing.T) {
+				g := NewWithT(t)
+				want, err := template.New(versionedPath).Parse(tpl)
+				g.Expect(err).ToNot(HaveOccurred())
+				var wantOut bytes.Buffer
+				g.Expect(want.Execute(&wantOut, templateData(version))).To(Succeed())
+				got, err := newTemplateBudget(context.Background()).parse(versionedPath, tpl)
+				g.Expect(err).ToNot(HaveOccurred())
+				var gotOut bytes.Buffer
+				g.Expect(got.Execute(&gotOut, templateData(version))).To(Succeed())
+				g.Expect(gotOut.String()).To(Equal(wantOut.String()))
+			})
+		}
 	}
 }
