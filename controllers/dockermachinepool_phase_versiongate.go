@@ -273,7 +273,7 @@ func (r *DockerMachinePoolReconciler) reconcileKubeletSkew(ctx context.Context, 
 				// input to fix, which the gate reports as InvalidVersion: the judgement is
 				// unknown, and the phases after this one (scale-down, remediation) still run.
 				kubeletSkewUnknown(s, "Cannot judge the pool's kubelets against the control plane: "+err.Error())
-				return ctrl.Result{}, nil
+				return ctrl.Result{}, nil //nolint:nilerr // the control plane's input to fix, reported in the condition instead of a retry loop
 			}
 			judged[v] = violations
 		}
