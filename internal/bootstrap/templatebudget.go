@@ -19,8 +19,8 @@ const (
 	// files and every version tried together: a step is one node of a template evaluated once
 	// (an action, a text, a command or argument of a pipeline), or templateBytesPerStep bytes a
 	// function makes. A real template takes a few dozen steps a rendering, and a file is rendered
-	// at most maxVersionCandidates+2 times; at well under a microsecond a step, the budget is
-	// spent in milliseconds.
+	// at most maxVersionCandidates+2 times; at about a microsecond a step, spending the whole
+	// budget takes tens of milliseconds.
 	maxTemplateSteps = 50_000
 	// templateBytesPerStep is how many bytes of a string a function makes cost one step.
 	templateBytesPerStep = 64
