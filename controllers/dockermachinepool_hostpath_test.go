@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"testing"
 
@@ -18,16 +19,21 @@ import (
 	"github.com/capdmp/capdmp/internal/hostpath"
 )
 
-// TestDockerMachinePoolHostPathsRecheckedAtCreation: a pool whose extraMounts the manager's
+// TestDockerMachinePoolMountsRecheckedAtCreation: a pool whose extraMounts the manager's
 // --allowed-host-paths does not allow (admitted under a wider flag, or stored while webhooks were
-// off) gets no container, says why on MachinesCreated and in a warning event, and waits for an
-// edit rather than polling.
-func TestDockerMachinePoolHostPathsRecheckedAtCreation(t *testing.T) {
+// off), or that Docker would read otherwise than written (a ":" in a path) or refuse (a container
+// path where every node mounts something of its own), gets no container, says why on
+// MachinesCreated and in a warning event naming the field, and waits for an edit rather than
+// polling.
+func TestDockerMachinePoolMountsRecheckedAtCreation(t *testing.T) {
 	tests := []struct {
 		name        string
 		allowed     []string // nil: the reconciler's zero Policy, the default
 		mounts      []infrav1.Mount
 		wantCreated int
+		// wantReason is MachinesCreated's reason when nothing is created; HostPathNotAllowed when
+		// empty.
+		wantReason  string
 		wantMessage []string // substrings of MachinesCreated's message and the event when refused
 	}{
 		{
@@ -62,6 +68,47 @@ func TestDockerMachinePoolHostPathsRecheckedAtCreation(t *testing.T) {
 			allowed:     []string{"/srv"},
 			mounts:      []infrav1.Mount{{ContainerPath: "/host", HostPath: "/srv/../etc"}},
 			wantMessage: []string{`host path "/srv/../etc" has a ".." element`},
+		},
+		{
+			name:        "a container path with bind options after a \":\"",
+			allowed:     []string{"/srv"},
+			mounts:      []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/data"}, {ContainerPath: "/proc:ro", HostPath: "/srv/proc"}},
+			wantReason:  infrav1.ExtraMountInvalidReason,
+			wantMessage: []string{`spec.template.extraMounts[1].containerPath: container path "/proc:ro" contains ":"`},
+		},
+		{
+			name:        "a host path with a \":\" Docker would read as the container path",
+			allowed:     []string{"/srv"},
+			mounts:      []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/a:/b"}},
+			wantReason:  infrav1.ExtraMountInvalidReason,
+			wantMessage: []string{`spec.template.extraMounts[0].hostPath: host path "/srv/a:/b" contains ":"`},
+		},
+		{
+			name:        "a container path where every node has a tmpfs",
+			allowed:     []string{"/srv"},
+			mounts:      []infrav1.Mount{{ContainerPath: "/tmp", HostPath: "/srv/tmp"}},
+			wantReason:  infrav1.ExtraMountInvalidReason,
+			wantMessage: []string{`spec.template.extraMounts[0].containerPath: container path "/tmp"`},
+		},
+		{
+			name:        "a container path where every node mounts the host's kernel modules",
+			allowed:     []string{"/srv"},
+			mounts:      []infrav1.Mount{{ContainerPath: "/lib/modules/", HostPath: "/srv/modules"}},
+			wantReason:  infrav1.ExtraMountInvalidReason,
+			wantMessage: []string{`spec.template.extraMounts[0].containerPath: container path "/lib/modules/"`},
+		},
+		{
+			name:    "an invalid mount and a host path the manager does not allow: both named",
+			allowed: []string{"/srv"},
+			mounts: []infrav1.Mount{
+				{ContainerPath: "/run", HostPath: "/srv/run"},
+				{ContainerPath: "/etc/host", HostPath: "/etc"},
+			},
+			wantReason: infrav1.ExtraMountInvalidReason,
+			wantMessage: []string{
+				`spec.template.extraMounts[0].containerPath: container path "/run"`,
+				`spec.template.extraMounts[1].hostPath: host path "/etc" is not at or below any of --allowed-host-paths=/srv`,
+			},
 		},
 	}
 	for _, tt := range tests {
@@ -103,98 +150,13 @@ func TestDockerMachinePoolHostPathsRecheckedAtCreation(t *testing.T) {
 
 			g.Expect(rt.Calls()["Create"]).To(BeZero(), "no container is created")
 			g.Expect(created.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(created.Reason).To(Equal(infrav1.HostPathNotAllowedReason))
+			wantReason := cmp.Or(tt.wantReason, infrav1.HostPathNotAllowedReason)
+			g.Expect(created.Reason).To(Equal(wantReason))
 			// A pool without containers is looked at again only to follow the engine's machine.
 			g.Expect(result.RequeueAfter).To(Equal(DefaultHostPeriod), "an edit of the pool, not a timer, changes the answer")
 			var event string
 			g.Expect(events.Events).To(Receive(&event))
-			g.Expect(event).To(HavePrefix(corev1.EventTypeWarning + " " + infrav1.HostPathNotAllowedReason + " "))
-			for _, want := range tt.wantMessage {
-				g.Expect(created.Message).To(ContainSubstring(want))
-				g.Expect(event).To(ContainSubstring(want))
-			}
-		})
-	}
-}
-
-// TestDockerMachinePoolExtraMountsCheckedAtCreation: a pool stored while webhooks were off, with
-// an extraMount that Docker would read otherwise than written (a ":" in a path) or refuse (a
-// container path where every node mounts something of its own), gets no container, and
-// MachinesCreated and a warning event name the field and why.
-func TestDockerMachinePoolExtraMountsCheckedAtCreation(t *testing.T) {
-	tests := []struct {
-		name        string
-		mounts      []infrav1.Mount
-		wantReason  string
-		wantMessage []string // substrings of MachinesCreated's message and the event
-	}{
-		{
-			name:        "a container path with bind options after a \":\"",
-			mounts:      []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/data"}, {ContainerPath: "/proc:ro", HostPath: "/srv/proc"}},
-			wantReason:  infrav1.ExtraMountInvalidReason,
-			wantMessage: []string{`spec.template.extraMounts[1].containerPath: container path "/proc:ro" contains ":"`},
-		},
-		{
-			name:        "a host path with a \":\" Docker would read as the container path",
-			mounts:      []infrav1.Mount{{ContainerPath: "/data", HostPath: "/srv/a:/b"}},
-			wantReason:  infrav1.ExtraMountInvalidReason,
-			wantMessage: []string{`spec.template.extraMounts[0].hostPath: host path "/srv/a:/b" contains ":"`},
-		},
-		{
-			name:        "a container path where every node has a tmpfs",
-			mounts:      []infrav1.Mount{{ContainerPath: "/tmp", HostPath: "/srv/tmp"}},
-			wantReason:  infrav1.ExtraMountInvalidReason,
-			wantMessage: []string{`spec.template.extraMounts[0].containerPath: container path "/tmp"`},
-		},
-		{
-			name:        "a container path where every node mounts the host's kernel modules",
-			mounts:      []infrav1.Mount{{ContainerPath: "/lib/modules/", HostPath: "/srv/modules"}},
-			wantReason:  infrav1.ExtraMountInvalidReason,
-			wantMessage: []string{`spec.template.extraMounts[0].containerPath: container path "/lib/modules/"`},
-		},
-		{
-			name: "an invalid mount and a host path the manager does not allow: both named",
-			mounts: []infrav1.Mount{
-				{ContainerPath: "/run", HostPath: "/srv/run"},
-				{ContainerPath: "/etc/host", HostPath: "/etc"},
-			},
-			wantReason: infrav1.ExtraMountInvalidReason,
-			wantMessage: []string{
-				`spec.template.extraMounts[0].containerPath: container path "/run"`,
-				`spec.template.extraMounts[1].hostPath: host path "/etc" is not at or below any of --allowed-host-paths=/srv`,
-			},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			w := world{controlPlaneVersions: []string{"v1.31.0"}, machinePoolVersion: "v1.31.0", replicas: 2, dataSecret: true}
-			objs := w.objects()
-			pool := objs[len(objs)-1].(*infrav1.DockerMachinePool)
-			pool.Spec.Template.ExtraMounts = tt.mounts
-			rt := fakeruntime.NewWithNodeImages(image(g, "v1.31.0"))
-			r, _ := newTestReconciler(g, objs, rt)
-			// The host paths are allowed: what is refused is how the mount is written.
-			policy, err := hostpath.NewPolicy([]string{"/srv"})
-			g.Expect(err).ToNot(HaveOccurred())
-			r.HostPaths = policy
-			events := record.NewFakeRecorder(10)
-			r.recorder = events
-
-			_, err = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNamespace, Name: testPool}})
-			g.Expect(err).ToNot(HaveOccurred())
-			g.Expect(rt.Calls()["Create"]).To(BeZero(), "no container is created")
-			g.Expect(rt.Containers()).To(BeEmpty())
-
-			got := &infrav1.DockerMachinePool{}
-			g.Expect(r.Client.Get(context.Background(), client.ObjectKey{Namespace: testNamespace, Name: testPool}, got)).To(Succeed())
-			created := conditions.Get(got, infrav1.MachinesCreatedCondition)
-			g.Expect(created).ToNot(BeNil())
-			g.Expect(created.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(created.Reason).To(Equal(tt.wantReason))
-			var event string
-			g.Expect(events.Events).To(Receive(&event))
-			g.Expect(event).To(HavePrefix(corev1.EventTypeWarning + " " + tt.wantReason + " "))
+			g.Expect(event).To(HavePrefix(corev1.EventTypeWarning + " " + wantReason + " "))
 			for _, want := range tt.wantMessage {
 				g.Expect(created.Message).To(ContainSubstring(want))
 				g.Expect(event).To(ContainSubstring(want))
