@@ -49,25 +49,26 @@ type options struct {
 	leaderElectionRetryPeriod   time.Duration
 	// managerOptions are Cluster API's flags of the diagnostics endpoint (metrics behind
 	// authentication and authorization) and of TLS.
-	managerOptions      flags.ManagerOptions
-	healthProbeBindAddr string
-	syncPeriod          time.Duration
-	restConfigQPS       float32
-	restConfigBurst     int
-	webhookPort         int
-	webhookCertDir      string
-	enableWebhooks      bool
-	dockerNetwork       string
-	containerSyncPeriod time.Duration
-	dockerCallTimeout   time.Duration
-	watchFilterValue    string
-	watchNamespace      string
-	poolConcurrency     int
-	machineConcurrency  int
-	createConcurrency   int
-	allowedHostPaths    []string
-	logOptions          *logs.Options
-	printVersion        bool
+	managerOptions        flags.ManagerOptions
+	healthProbeBindAddr   string
+	syncPeriod            time.Duration
+	restConfigQPS         float32
+	restConfigBurst       int
+	webhookPort           int
+	webhookCertDir        string
+	enableWebhooks        bool
+	dockerNetwork         string
+	dockerNetworkIsolated bool
+	containerSyncPeriod   time.Duration
+	dockerCallTimeout     time.Duration
+	watchFilterValue      string
+	watchNamespace        string
+	poolConcurrency       int
+	machineConcurrency    int
+	createConcurrency     int
+	allowedHostPaths      []string
+	logOptions            *logs.Options
+	printVersion          bool
 	// skipNameValidation lets a process start more than one manager (benchmarks); not a flag.
 	skipNameValidation bool
 }
@@ -90,6 +91,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks.")
 	fs.StringVar(&o.dockerNetwork, "docker-network", controllers.DefaultNetwork, "Docker network of the pools' containers (kind's network by default; 'host' for tests that reach loopback API servers).")
 	fs.DurationVar(&o.containerSyncPeriod, "container-sync-period", controllers.DefaultContainerSyncPeriod, "How often pools re-list their containers to notice ones removed behind the controller's back.")
+	fs.BoolVar(&o.dockerNetworkIsolated, "docker-network-isolated", false, "Create a missing --docker-network without IP masquerade, so that nodes reach only the host and each other (by default it is created as kind creates it).")
 	fs.DurationVar(&o.dockerCallTimeout, "docker-call-timeout", container.DefaultCallTimeout, "How long a request to the Docker engine may take (an exec's output and event streams apart); a pool whose engine does not answer reports EngineUnavailable and retries.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects with the label %s set to this value.", clusterv1.WatchLabel))
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace the manager watches; all namespaces when empty (clusterctl's multi-tenancy contract).")
@@ -174,6 +176,7 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
 	}
 	engine.CallTimeout = o.dockerCallTimeout
+	engine.IsolatedNetworks = o.dockerNetworkIsolated
 	mgr, err := newManager(ctx, o, cfg, engine)
 	if err != nil {
 		return err
@@ -235,6 +238,7 @@ func newManager(ctx context.Context, o *options, cfg *rest.Config, runtimeEngine
 		ClusterCache:         clusterCache,
 		Runtime:              runtimeEngine,
 		Network:              o.dockerNetwork,
+		Proxy:                container.ProxyFromEnvironment(),
 		ContainerSyncPeriod:  o.containerSyncPeriod,
 		WatchFilterValue:     o.watchFilterValue,
 		HostPaths:            hostPaths,

@@ -84,6 +84,8 @@ type DockerMachinePoolReconciler struct {
 	Runtime container.Runtime
 	// Network is the Docker network of the containers; DefaultNetwork when empty.
 	Network string
+	// Proxy is passed to every container, as CAPD passes its manager's proxy environment.
+	Proxy container.Proxy
 	// ContainerSyncPeriod is how often a pool with containers is re-listed to notice containers
 	// removed behind the controller's back; DefaultContainerSyncPeriod when zero.
 	ContainerSyncPeriod time.Duration

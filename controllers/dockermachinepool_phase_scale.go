@@ -235,7 +235,8 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 		r.eventf(s.pool, corev1.EventTypeWarning, refusal.reason, "%s", plan.blockedMessage)
 		return ctrl.Result{RequeueAfter: refusal.retryAfter}, nil
 	}
-	if err := r.Runtime.EnsureNetwork(ctx, r.network()); err != nil {
+	network, err := r.Runtime.EnsureNetwork(ctx, r.network())
+	if err != nil {
 		return ctrl.Result{}, pkgerrors.Wrapf(err, "failed to ensure Docker network %s", r.network())
 	}
 
@@ -269,6 +270,7 @@ func (r *DockerMachinePoolReconciler) reconcileScaleUp(ctx context.Context, s *p
 				infrav1.BootstrapConfigurationLabel: plan.configuration,
 			},
 			ExtraMounts: mountsOf(s.pool.Spec.Template.ExtraMounts),
+			Env:         r.Proxy.NodeEnv(network.Subnets, name),
 		})
 		creates.Go(func() error {
 			mu.Lock()

@@ -76,9 +76,9 @@ type Runtime interface {
 	// node's containerd with ImportImagesCommand. The caller closes the reader.
 	SaveImages(ctx context.Context, images []string) (io.ReadCloser, error)
 
-	// EnsureNetwork makes sure a bridge network exists, created kind-style but without IP
-	// masquerade. Docker's predefined networks ("host", "bridge", "none") are left alone.
-	EnsureNetwork(ctx context.Context, name string) error
+	// EnsureNetwork makes sure a bridge network exists, created as kind creates it, and returns
+	// it. Docker's predefined networks ("host", "bridge", "none") are left alone.
+	EnsureNetwork(ctx context.Context, name string) (Network, error)
 
 	// Host returns what the engine reports of the machine its containers run on.
 	Host(ctx context.Context) (Host, error)

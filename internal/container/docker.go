@@ -30,10 +30,6 @@ import (
 )
 
 const (
-	// masqueradeOption is the bridge driver option that turns off NAT to outside networks:
-	// node containers talk to each other and to the host, never to the internet.
-	masqueradeOption = "com.docker.network.bridge.enable_ip_masquerade"
-
 	// MaxExecOutput bounds what Exec keeps of each output stream of a command, so that a chatty
 	// command cannot fill the controller's memory. The tail beyond is dropped.
 	MaxExecOutput = 1 << 20
@@ -74,6 +70,10 @@ type Docker struct {
 	// StaleImageReaderAge is how old a never-started reader container of ReadImageFile must be
 	// before a later read removes it as left behind; DefaultStaleImageReaderAge when zero.
 	StaleImageReaderAge time.Duration
+
+	// IsolatedNetworks creates networks without IP masquerade, so that nodes reach only the host
+	// and each other; off, a network is created exactly as kind creates it (see EnsureNetwork).
+	IsolatedNetworks bool
 
 	client *client.Client
 	// networkMu serialises EnsureNetwork: engines before API 1.44 accept two networks with the
@@ -608,42 +608,6 @@ func (d *Docker) SaveImages(ctx context.Context, images []string) (io.ReadCloser
 		return nil, fmt.Errorf("failed to save images %v: %w", images, err)
 	}
 	return r, nil
-}
-
-// EnsureNetwork makes sure a user-defined bridge network exists. It is created as kind does
-// (bridge driver, embedded DNS so that nodes reach each other by name) but without IP
-// masquerade, so that nodes reach only the host and each other. An existing network is used as
-// it is. Docker's predefined networks, "host" among them, are left alone.
-func (d *Docker) EnsureNetwork(ctx context.Context, name string) error {
-	if slices.Contains(predefinedNetworks, name) {
-		return nil
-	}
-	d.networkMu.Lock()
-	defer d.networkMu.Unlock()
-
-	listCtx, cancel := d.call(ctx, "NetworkList")
-	// The name filter matches substrings; the exact name is checked below.
-	res, err := d.client.NetworkList(listCtx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("failed to list networks named %q: %w", name, d.unavailable(ctx, err))
-	}
-	for _, n := range res.Items {
-		if n.Name == name {
-			return nil
-		}
-	}
-
-	createCtx, cancel := d.call(ctx, "NetworkCreate")
-	defer cancel()
-	_, err = d.client.NetworkCreate(createCtx, name, client.NetworkCreateOptions{
-		Driver:  "bridge",
-		Options: map[string]string{masqueradeOption: "false"},
-	})
-	if err != nil && !cerrdefs.IsConflict(err) {
-		return fmt.Errorf("failed to create network %q: %w", name, d.unavailable(ctx, err))
-	}
-	return nil
 }
 
 // imageNotFound is the error for a missing image; it tells the user what to do, since CAPDMP

@@ -47,9 +47,13 @@ func TestDockerIntegration(t *testing.T) {
 	})
 
 	g := NewWithT(t)
-	g.Expect(d.EnsureNetwork(ctx, network)).To(Succeed())
-	g.Expect(d.EnsureNetwork(ctx, network)).To(Succeed(), "EnsureNetwork is idempotent")
-	g.Expect(d.EnsureNetwork(ctx, container.HostNetwork)).To(Succeed())
+	// The tests' nodes reach only the host and each other.
+	d.IsolatedNetworks = true
+	ensured, err := d.EnsureNetwork(ctx, network)
+	g.Expect(err).ToNot(HaveOccurred())
+	g.Expect(ensured.Subnets).ToNot(BeEmpty())
+	g.Expect(d.EnsureNetwork(ctx, network)).To(Equal(ensured), "EnsureNetwork is idempotent")
+	g.Expect(d.EnsureNetwork(ctx, container.HostNetwork)).To(Equal(container.Network{Name: container.HostNetwork}))
 	out, err := exec.Command("docker", "network", "inspect", "-f", `{{.Driver}} {{index .Options "com.docker.network.bridge.enable_ip_masquerade"}}`, network).CombinedOutput()
 	g.Expect(err).ToNot(HaveOccurred(), string(out))
 	g.Expect(strings.TrimSpace(string(out))).To(Equal("bridge false"))

@@ -3,6 +3,7 @@ package container
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"net"
@@ -194,6 +195,10 @@ type engineStub struct {
 	// containers maps names to label sets.
 	containers map[string]map[string]string
 	networks   []string
+	// bridgeMTU is the MTU option of the default bridge network, if any.
+	bridgeMTU string
+	// createRefusals are the messages the next network creates fail with, one each.
+	createRefusals []string
 }
 
 func (e *engineStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -248,11 +253,25 @@ func (e *engineStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out = append(out, map[string]any{"Name": n, "Id": "id-" + n})
 		}
 		_ = json.NewEncoder(w).Encode(out)
+	case r.Method == http.MethodGet && path == "/networks/bridge":
+		options := map[string]string{}
+		if e.bridgeMTU != "" {
+			options["com.docker.network.driver.mtu"] = e.bridgeMTU
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"Name": "bridge", "Id": "id-bridge", "Options": options})
 	case r.Method == http.MethodPost && path == "/networks/create":
 		var req map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&req)
+		e.requests[len(e.requests)-1] += " " + mustJSON(map[string]any{"Options": req["Options"], "EnableIPv6": req["EnableIPv6"], "IPAM": req["IPAM"]})
+		if len(e.createRefusals) > 0 {
+			msg := e.createRefusals[0]
+			e.createRefusals = e.createRefusals[1:]
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+			return
+		}
 		e.networks = append(e.networks, req["Name"].(string))
-		e.requests[len(e.requests)-1] += " " + mustJSON(req["Options"])
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(map[string]any{"Id": "n1"})
 	default:
@@ -375,20 +394,84 @@ func TestDockerAgainstEngineStub(t *testing.T) {
 		g.Expect(err).To(MatchError(ErrNotFound))
 	})
 
-	t.Run("EnsureNetwork creates a bridge without masquerade once, leaves host alone", func(t *testing.T) {
-		g := NewWithT(t)
-		e := &engineStub{networks: []string{"kind-other"}}
-		d := newStubDocker(t, e)
-		_, _ = d.Ping(ctx)
-		g.Expect(d.EnsureNetwork(ctx, "host")).To(Succeed())
-		g.Expect(d.EnsureNetwork(ctx, "kind")).To(Succeed())
-		g.Expect(d.EnsureNetwork(ctx, "kind")).To(Succeed())
-		g.Expect(e.Requests()).To(Equal([]string{
-			"HEAD /_ping",
-			"GET /networks",
-			`POST /networks/create {"com.docker.network.bridge.enable_ip_masquerade":"false"}`,
-			"GET /networks",
-		}))
+	t.Run("EnsureNetwork creates kind's network once, leaves host alone", func(t *testing.T) {
+		attempt := func(n int32) string {
+			return `"IPAM":{"Config":[{"Subnet":"` + KindIPv6Subnet("kind", n).String() + `"}],"Driver":"","Options":null}`
+		}
+		const masquerade = `"Options":{"com.docker.network.bridge.enable_ip_masquerade":"true"}`
+		const overlap = "Pool overlaps with other one on this address space"
+		tests := []struct {
+			name      string
+			stub      *engineStub
+			isolated  bool
+			wantPosts []string
+			wantErr   string
+		}{
+			{
+				name:      "IPv6 subnet from the name, masquerade, no MTU where the bridge sets none",
+				wantPosts: []string{`{"EnableIPv6":true,` + attempt(0) + `,` + masquerade + `}`},
+			},
+			{
+				name:      "the default bridge's MTU",
+				stub:      &engineStub{bridgeMTU: "1400"},
+				wantPosts: []string{`{"EnableIPv6":true,` + attempt(0) + `,"Options":{"com.docker.network.bridge.enable_ip_masquerade":"true","com.docker.network.driver.mtu":"1400"}}`},
+			},
+			{
+				name:      "isolated: no masquerade",
+				isolated:  true,
+				wantPosts: []string{`{"EnableIPv6":true,` + attempt(0) + `,"Options":{"com.docker.network.bridge.enable_ip_masquerade":"false"}}`},
+			},
+			{
+				name: "no IPv6 on the engine: IPv4 only",
+				stub: &engineStub{createRefusals: []string{"Cannot read IPv6 setup for bridge docker0: open /proc/sys/net/ipv6/conf/docker0/disable_ipv6: no such file or directory"}},
+				wantPosts: []string{
+					`{"EnableIPv6":true,` + attempt(0) + `,` + masquerade + `}`,
+					`{"EnableIPv6":null,"IPAM":null,` + masquerade + `}`,
+				},
+			},
+			{
+				name: "subnets taken: the next of kind's",
+				stub: &engineStub{createRefusals: []string{overlap, overlap}},
+				wantPosts: []string{
+					`{"EnableIPv6":true,` + attempt(0) + `,` + masquerade + `}`,
+					`{"EnableIPv6":true,` + attempt(1) + `,` + masquerade + `}`,
+					`{"EnableIPv6":true,` + attempt(2) + `,` + masquerade + `}`,
+				},
+			},
+			{
+				name:    "all five taken: an error",
+				stub:    &engineStub{createRefusals: []string{overlap, overlap, overlap, overlap, overlap}},
+				wantErr: overlap,
+			},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				g := NewWithT(t)
+				e := cmp.Or(tt.stub, &engineStub{})
+				e.networks = []string{"kind-other"}
+				d := newStubDocker(t, e)
+				d.IsolatedNetworks = tt.isolated
+				_, _ = d.Ping(ctx)
+				g.Expect(d.EnsureNetwork(ctx, "host")).To(Equal(Network{Name: "host"}))
+				_, err := d.EnsureNetwork(ctx, "kind")
+				var posts []string
+				for _, r := range e.Requests() {
+					if post, ok := strings.CutPrefix(r, "POST /networks/create "); ok {
+						posts = append(posts, post)
+					}
+				}
+				if tt.wantErr != "" {
+					g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+					g.Expect(posts).To(HaveLen(kindSubnetAttempts))
+					return
+				}
+				g.Expect(err).ToNot(HaveOccurred())
+				g.Expect(posts).To(Equal(tt.wantPosts))
+				requests := len(e.Requests())
+				g.Expect(d.EnsureNetwork(ctx, "kind")).To(Equal(Network{Name: "kind"}))
+				g.Expect(e.Requests()[requests:]).To(Equal([]string{"GET /networks"}), "an existing network is used as it is")
+			})
+		}
 	})
 }
 
@@ -457,7 +540,7 @@ func TestDockerEngineUnavailable(t *testing.T) {
 			_, err := d.ReadImageFile(ctx, "kindest/node:v1.36.3", "/kind/version")
 			return err
 		}},
-		{"EnsureNetwork", func(ctx context.Context, d *Docker) error { return d.EnsureNetwork(ctx, "kind") }},
+		{"EnsureNetwork", func(ctx context.Context, d *Docker) error { _, err := d.EnsureNetwork(ctx, "kind"); return err }},
 		{"Host", func(ctx context.Context, d *Docker) error { _, err := d.Host(ctx); return err }},
 	}
 	engines := []struct {

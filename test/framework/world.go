@@ -116,7 +116,7 @@ func Start(ctx context.Context, o Options) (w *World, err error) {
 		DataDir:               filepath.Join(o.Artifacts, "management-plane"),
 		Fresh:                 true,
 		BinaryAssetsDirectory: assets,
-		Manager:               managementplane.ManagerOptions{Binary: manager, DockerNetwork: Network, Log: w.capdLog},
+		Manager:               managementplane.ManagerOptions{Binary: manager, DockerNetwork: Network, IsolatedNetwork: true, Log: w.capdLog},
 		ClusterAPI:            managementplane.ClusterAPIOptions{TokenTTL: o.TokenTTL, Logger: logger},
 		Progress:              prefixed{w: o.Progress},
 	}); err != nil {

@@ -418,18 +418,21 @@ func (r *Runtime) SaveImages(_ context.Context, images []string) (io.ReadCloser,
 	return io.NopCloser(strings.NewReader("fake image tarball: " + strings.Join(images, ","))), nil
 }
 
+// FakeSubnet is the subnet of every network EnsureNetwork returns.
+const FakeSubnet = "172.18.0.0/16"
+
 // EnsureNetwork records the network; predefined networks are left alone.
-func (r *Runtime) EnsureNetwork(_ context.Context, name string) error {
+func (r *Runtime) EnsureNetwork(_ context.Context, name string) (container.Network, error) {
 	if err := r.begin("EnsureNetwork"); err != nil {
-		return err
+		return container.Network{}, err
 	}
 	if isPredefined(name) {
-		return nil
+		return container.Network{Name: name}, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.networks[name] = true
-	return nil
+	return container.Network{Name: name, Subnets: []string{FakeSubnet}}, nil
 }
 
 // SetHost changes what Host reports.

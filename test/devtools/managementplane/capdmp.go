@@ -27,6 +27,10 @@ type ManagerOptions struct {
 	Binary string
 	// DockerNetwork is its --docker-network.
 	DockerNetwork string
+	// IsolatedNetwork is its --docker-network-isolated: a DockerNetwork the plane or the manager
+	// creates has no IP masquerade, so that nodes reach only the host and each other (the tiers
+	// on a machine that must send nothing out ask for it). Off, it is created as kind creates it.
+	IsolatedNetwork bool
 	// Args are further flags, after the plane's own.
 	Args []string
 	// Log receives its standard output and error.
@@ -127,6 +131,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("the CAPDMP manager is already running")
 	}
 	args := []string{"--leader-elect=false", "--docker-network=" + m.o.DockerNetwork, "--v=2"}
+	if m.o.IsolatedNetwork {
+		args = append(args, "--docker-network-isolated")
+	}
 	if m.metricsAddr != "" {
 		args = append(args, "--diagnostics-address="+m.metricsAddr, "--insecure-diagnostics")
 	} else {
@@ -143,9 +150,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	cmd := exec.Command(m.o.Binary, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig)
 	cmd.Stdout, cmd.Stderr = m.o.Log, m.o.Log
-	// Its own process group: a Ctrl-C at the terminal reaches this process, which stops it. And
-	// it goes when this process goes, even killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = managerProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the CAPDMP manager %s: %w", m.o.Binary, err)
 	}

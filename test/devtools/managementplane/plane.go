@@ -120,10 +120,12 @@ func (p *Plane) prepareHost(ctx context.Context) error {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
 	}
 	defer engine.Close()
+	engine.IsolatedNetworks = p.o.Manager.IsolatedNetwork
 	if _, err := engine.Ping(ctx); err != nil {
 		return fmt.Errorf("the Docker engine does not answer (DOCKER_HOST=%q; `hack/docker-engine.sh start` starts one): %w", os.Getenv("DOCKER_HOST"), err)
 	}
-	return engine.EnsureNetwork(ctx, p.o.Manager.DockerNetwork)
+	_, err = engine.EnsureNetwork(ctx, p.o.Manager.DockerNetwork)
+	return err
 }
 
 // Kubeconfig is the path of the admin kubeconfig.

@@ -47,7 +47,7 @@ func TestPlane(t *testing.T) {
 		t.Helper()
 		plane, err := managementplane.Start(ctx, managementplane.Options{
 			DataDir: dataDir, Fresh: fresh, BinaryAssetsDirectory: assets,
-			Manager:    managementplane.ManagerOptions{Binary: manager, Log: &managerLog},
+			Manager:    managementplane.ManagerOptions{Binary: manager, IsolatedNetwork: true, Log: &managerLog},
 			ClusterAPI: managementplane.ClusterAPIOptions{TokenTTL: 15 * time.Minute},
 			Progress:   &progress,
 		})

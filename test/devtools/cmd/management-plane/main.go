@@ -34,13 +34,14 @@ import (
 )
 
 type options struct {
-	dataDir       string
-	fresh         bool
-	assets        string
-	manager       string
-	dockerNetwork string
-	tokenTTL      time.Duration
-	verbosity     int
+	dataDir         string
+	fresh           bool
+	assets          string
+	manager         string
+	dockerNetwork   string
+	isolatedNetwork bool
+	tokenTTL        time.Duration
+	verbosity       int
 }
 
 func main() {
@@ -50,6 +51,7 @@ func main() {
 	flag.StringVar(&o.assets, "envtest-assets", envOr("KUBEBUILDER_ASSETS", "bin/envtest"), "Folder holding kube-apiserver and etcd (`make envtest-binaries`).")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "The CAPDMP manager binary (`make build`).")
 	flag.StringVar(&o.dockerNetwork, "docker-network", managementplane.Network, "Docker network of every node (CAPD uses kind's).")
+	flag.BoolVar(&o.isolatedNetwork, "isolated-network", false, "Create a missing --docker-network without IP masquerade: nodes reach only the host and each other (by default it is created as kind creates it).")
 	flag.DurationVar(&o.tokenTTL, "bootstrap-token-ttl", 15*time.Minute, "TTL of the bootstrap tokens KubeadmConfig creates (its manager's default).")
 	flag.IntVar(&o.verbosity, "v", 2, "Verbosity of the controllers' logs.")
 	flag.Parse()
@@ -99,7 +101,7 @@ func run(ctx context.Context, o options) error {
 		DataDir:               dataDir,
 		Fresh:                 o.fresh,
 		BinaryAssetsDirectory: o.assets,
-		Manager:               managementplane.ManagerOptions{Binary: o.manager, DockerNetwork: o.dockerNetwork, Log: managerLog},
+		Manager:               managementplane.ManagerOptions{Binary: o.manager, DockerNetwork: o.dockerNetwork, IsolatedNetwork: o.isolatedNetwork, Log: managerLog},
 		ClusterAPI:            managementplane.ClusterAPIOptions{TokenTTL: o.tokenTTL, Logger: logger},
 		Progress:              os.Stdout,
 	})

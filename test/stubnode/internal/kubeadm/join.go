@@ -396,7 +396,7 @@ func machineResources(maxPods string) (corev1.ResourceList, error) {
 		corev1.ResourceCPU:              *resource.NewQuantity(int64(cpus.Size()), resource.DecimalSI),
 		corev1.ResourceMemory:           *resource.NewQuantity(memory, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(fs.Blocks)*fs.Bsize, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(fs.Blocks)*int64(fs.Bsize), resource.BinarySI), //nolint:unconvert // Bsize is int64 on Linux, uint32 on macOS
 	}, nil
 }
 
