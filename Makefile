@@ -9,6 +9,14 @@ export KUBEBUILDER_ASSETS ?= $(BIN)/envtest
 GO_TEST_FLAGS ?= -timeout 30m
 
 IMG ?= capdmp-controller:dev
+
+# The Kubernetes versions of make run, the tiers and the demo, from their one place
+# (internal/kubeversions/versions.txt): OLDER is upgraded to NEWER; OLDEST is the full tier's third.
+kube_version = $(shell awk '$$1 == "$(1)" { print $$2 }' $(ROOT)/internal/kubeversions/versions.txt)
+KUBERNETES_OLDEST := $(call kube_version,oldest)
+KUBERNETES_OLDER := $(call kube_version,older)
+KUBERNETES_NEWER := $(call kube_version,newer)
+ENVTEST_KUBERNETES_VERSION := $(call kube_version,envtest)
 # The version of the manager, its git commit and build date (hack/version.sh), as Cluster API's
 # Makefile sets its own.
 LDFLAGS = $(shell hack/version.sh)
@@ -66,7 +74,7 @@ clusterctl-repository: manifests ## A local clusterctl repository of Cluster API
 ##@ Test
 .PHONY: envtest-binaries
 envtest-binaries: ## Build kube-apiserver and etcd for envtest (cached)
-	hack/envtest-binaries.sh
+	KUBERNETES_VERSION=$(ENVTEST_KUBERNETES_VERSION) hack/envtest-binaries.sh
 
 .PHONY: docker-engine
 docker-engine: ## Start a Docker engine if none answers
@@ -149,17 +157,17 @@ fuzz: ## Run every fuzz target for FUZZTIME each (30s), one at a time; summary i
 # - test-e2e-local, the blocking tier CI runs: two versions without CoreDNS, and the scenarios that
 #   exercise the gate, the bootstrap refresh and a manager restart with real kubelets;
 # - test-e2e-full: three versions with CoreDNS and every scenario.
-E2E_LOCAL_VERSIONS := v1.36.3 v1.37.2
+E2E_LOCAL_VERSIONS := $(KUBERNETES_OLDER) $(KUBERNETES_NEWER)
 E2E_LOCAL_SCENARIOS := both-at-once/machinepool-first paused/outlives-token-ttl paused/provider-restart
 # The blocking tier's tests (go test's -run); E2E_LOCAL_TESTS=TestScenarios runs the scenarios alone.
 E2E_LOCAL_TESTS := ^(TestScenarios|TestRetaggedImageRefused)$$
-E2E_FULL_VERSIONS := v1.35.4 v1.36.3 v1.37.2
+E2E_FULL_VERSIONS := $(KUBERNETES_OLDEST) $(KUBERNETES_OLDER) $(KUBERNETES_NEWER)
 E2E_LOCAL_PARALLEL ?= 2
 E2E_LOCAL_TIMEOUT ?= 75m
 E2E_LOCAL_LOG := $(ROOT)/_artifacts/e2e-local/suite.log
 
 .PHONY: test-e2e-local
-test-e2e-local: ## Blocking real tier (CI): node images v1.36.3 and v1.37.2, smoke test, three upgrade scenarios and a retagged image refused, on real KCP, CAPD and CAPDMP nodes
+test-e2e-local: ## Blocking real tier (CI): node images of two versions, smoke test, three upgrade scenarios and a retagged image refused, on real KCP, CAPD and CAPDMP nodes
 	$(MAKE) real-tier NODE_IMAGE_VERSIONS="$(E2E_LOCAL_VERSIONS)" NODE_IMAGES_COREDNS=false E2E_LOCAL_RUN='$(E2E_LOCAL_TESTS)' SCENARIOS="$(E2E_LOCAL_SCENARIOS)"
 
 .PHONY: test-e2e-full
@@ -199,7 +207,7 @@ include hack/release/release.mk
 # kind-management"): kind on the node image built here, the controller images loaded, clusterctl
 # init from the local repository.
 KIND_MANAGEMENT_NAME ?= capdmp-management
-KIND_MANAGEMENT_NODE_IMAGE ?= kindest/node:v1.36.3
+KIND_MANAGEMENT_NODE_IMAGE ?= kindest/node:$(KUBERNETES_OLDER)
 KIND_MANAGEMENT_ENV = KIND_MANAGEMENT_NAME="$(KIND_MANAGEMENT_NAME)" KIND_MANAGEMENT_NODE_IMAGE="$(KIND_MANAGEMENT_NODE_IMAGE)" \
   CLUSTERCTL_REPOSITORY="$(CLUSTERCTL_REPOSITORY)" CAPDMP_CACHE="$(CAPDMP_CACHE)" IMG="$(IMG)"
 
@@ -228,7 +236,7 @@ tilt-ci: ## tilt ci of the standalone Tiltfile on the kind management cluster (m
 # own, which the suite makes (hack/kind-management.sh cluster, then the framework loads the images
 # and runs clusterctl init) and deletes after (E2E_KEEP_CLUSTER=true keeps it).
 # E2E_FOCUS selects specs by name (ginkgo's focus), e.g. E2E_FOCUS=quick-start.
-E2E_VERSIONS := v1.36.3 v1.37.2
+E2E_VERSIONS := $(KUBERNETES_OLDER) $(KUBERNETES_NEWER)
 
 .PHONY: test-e2e
 test-e2e: clusterctl-repository ## Deployed tier: Cluster API's quick-start (machinepool and ClusterClass flavors), MachinePool spec, clusterctl move, upgrade both at once in both orders, on a kind management cluster
@@ -239,7 +247,7 @@ test-e2e: clusterctl-repository ## Deployed tier: Cluster API's quick-start (mac
 ##@ Run
 # The node images `make run` makes sure of (bin/kubectl is of the newest: hack/kubectl.sh), and the
 # flags of the management plane (test/devtools/cmd/management-plane: --data-dir, --fresh, ...).
-RUN_NODE_IMAGE_VERSIONS ?= v1.36.3 v1.37.2
+RUN_NODE_IMAGE_VERSIONS ?= $(KUBERNETES_OLDER) $(KUBERNETES_NEWER)
 RUN_FLAGS ?=
 
 .PHONY: run
@@ -265,8 +273,8 @@ run-binaries: ## Build bin/manager, bin/management-plane, bin/clusterctl; link b
 test-developer-machine: ## As root (CI): make run and a cluster as a non-root user in the docker group, on published-style node images; nothing rebuilt, retagged, installed or touched as root
 	RUN_NODE_IMAGE_VERSIONS="$(RUN_NODE_IMAGE_VERSIONS)" hack/test-developer-machine.sh
 
-DEMO_FROM ?= v1.36.3
-DEMO_TO ?= v1.37.2
+DEMO_FROM ?= $(KUBERNETES_OLDER)
+DEMO_TO ?= $(KUBERNETES_NEWER)
 DEMO_SCENARIO ?= both-at-once/machinepool-first
 
 .PHONY: demo

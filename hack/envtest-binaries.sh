@@ -6,7 +6,7 @@
 #      tests and the management plane read it, so nothing is copied or built);
 #   2. this script's cache of earlier source builds of KUBERNETES_VERSION;
 #   3. setup-envtest's folder of KUBERNETES_VERSION for this OS and architecture
-#      (~/.local/share/kubebuilder-envtest/k8s/1.36.3-linux-amd64 on Linux);
+#      (~/.local/share/kubebuilder-envtest/k8s/1.37.0-linux-amd64 on Linux);
 #   4. a source build, on linux/amd64 only, cached outside the clone, keyed by version.
 # 2 and 3 are copied into bin/envtest, KUBEBUILDER_ASSETS' default in the Makefile.
 #
@@ -15,9 +15,10 @@
 # version needs them, and a cold machine compiles them once for both.
 set -euo pipefail
 
-KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
-ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Default: envtest's version in internal/kubeversions/versions.txt.
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-$(awk '$1 == "envtest" { print $2 }' "${ROOT}/internal/kubeversions/versions.txt")}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 CACHE="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/envtest"
 OUT="${ROOT}/bin/envtest"
 # As in hack/node-images/lib.sh: the compiler collects garbage less often (~7 % faster cold builds).
@@ -95,7 +96,7 @@ setup_envtest_dir() {
 # has_binaries DIR: DIR holds an executable kube-apiserver and etcd.
 has_binaries() { [[ -x "$1/kube-apiserver" && -x "$1/etcd" ]]; }
 
-# apiserver_version DIR: the version DIR's kube-apiserver reports (v1.36.3).
+# apiserver_version DIR: the version DIR's kube-apiserver reports ("v1.37.0").
 apiserver_version() { "$1/kube-apiserver" --version 2>/dev/null | awk '{print $2}'; }
 
 # build_supported: the source builds are made and tested on linux/amd64 only.

@@ -22,7 +22,7 @@
 #
 # Environment (defaults in brackets):
 #   KIND_MANAGEMENT_NAME         kind cluster name [capdmp-management]
-#   KIND_MANAGEMENT_NODE_IMAGE   node image [kindest/node:v1.36.3], from make node-images
+#   KIND_MANAGEMENT_NODE_IMAGE   node image [kindest/node:<older of internal/kubeversions/versions.txt>]
 #   KIND_MANAGEMENT_DIR          state: kubeconfig, kind config, logs [_artifacts/kind-management/NAME]
 #   CLUSTERCTL_REPOSITORY        local repository [out/clusterctl-repository]
 #   KIND_MANAGEMENT_INIT_FLAGS   extra clusterctl init flags []
@@ -30,7 +30,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NAME="${KIND_MANAGEMENT_NAME:-capdmp-management}"
-NODE_IMAGE="${KIND_MANAGEMENT_NODE_IMAGE:-kindest/node:v1.36.3}"
+NODE_IMAGE="${KIND_MANAGEMENT_NODE_IMAGE:-kindest/node:$(awk '$1 == "older" { print $2 }' "${ROOT}/internal/kubeversions/versions.txt")}"
 DIR="${KIND_MANAGEMENT_DIR:-${ROOT}/_artifacts/kind-management/${NAME}}"
 REPO="${CLUSTERCTL_REPOSITORY:-${ROOT}/out/clusterctl-repository}"
 NICE="${NICE-nice -n 19}"

@@ -31,14 +31,15 @@
 # packages.
 #
 # Environment:
-#   RUN_NODE_IMAGE_VERSIONS   the versions make run makes sure of (default v1.36.3 v1.37.2)
+#   RUN_NODE_IMAGE_VERSIONS   the versions make run makes sure of (default: older and newer of
+#                             internal/kubeversions/versions.txt)
 #   CAPDMP_DEV_USER           the user (default capdmp-dev)
 #   DEV_PLANE_TIMEOUT         seconds until the plane is ready (default 3600: a cold Go build)
 #   DEV_CLUSTER_TIMEOUT       seconds until the cluster's Nodes are Ready (default 900)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-read -r -a VERSIONS <<<"${RUN_NODE_IMAGE_VERSIONS:-v1.36.3 v1.37.2}"
+read -r -a VERSIONS <<<"${RUN_NODE_IMAGE_VERSIONS:-$(awk '$1 ~ /^(older|newer)$/ { print $2 }' "${ROOT}/internal/kubeversions/versions.txt")}"
 DEV_USER="${CAPDMP_DEV_USER:-capdmp-dev}"
 PLANE_TIMEOUT="${DEV_PLANE_TIMEOUT:-3600}"
 CLUSTER_TIMEOUT="${DEV_CLUSTER_TIMEOUT:-900}"

@@ -5,7 +5,8 @@
 # load-balancer image CAPD's DockerCluster uses. Everything is built from Debian's packages and Go
 # sources and cached outside the clone (see docs/node-images.md).
 #
-# Usage: build.sh [VERSION...]     default: ${NODE_IMAGE_VERSIONS} or v1.35.4 v1.36.3 v1.37.2
+# Usage: build.sh [VERSION...]     default: ${NODE_IMAGE_VERSIONS} or the node versions of
+#                                  internal/kubeversions/versions.txt
 #
 # What is there already decides (docs/node-images.md, "What is built, pulled or left alone"): an
 # image of this recipe is kept; an image under the tag with no recipe label (pulled from kind's
@@ -35,7 +36,7 @@ source "${NODE_IMAGES_DIR}/kube-binaries.sh"
 source "${NODE_IMAGES_DIR}/rootfs.sh"
 source "${NODE_IMAGES_DIR}/pull.sh"
 
-read -r -a VERSIONS <<<"${*:-${NODE_IMAGE_VERSIONS:-v1.35.4 v1.36.3 v1.37.2}}"
+read -r -a VERSIONS <<<"${*:-${NODE_IMAGE_VERSIONS:-$(awk '$1 ~ /^(oldest|older|newer)$/ { print $2 }' "${REPO_ROOT}/internal/kubeversions/versions.txt")}}"
 CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
 NODE_IMAGES_COREDNS="${NODE_IMAGES_COREDNS:-true}"
 NODE_IMAGES_SAVE="${NODE_IMAGES_SAVE:-true}"

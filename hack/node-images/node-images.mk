@@ -3,12 +3,12 @@
 #
 #   make node-images                       kindest/node:<v> for each NODE_IMAGE_VERSIONS, and CAPD's
 #                                          haproxy load-balancer image; cached outside the clone
-#   make node-images NODE_IMAGE_VERSIONS=v1.36.3
+#   make node-images NODE_IMAGE_VERSIONS=v1.37.0
 #   make node-images-binaries              only the Kubernetes binaries (no Docker needed)
 #   make test-smoke                     smoke test: control plane + worker + pod per version
 #   make node-images-clean                 remove the cache folder (not the images in Docker)
 
-NODE_IMAGE_VERSIONS ?= v1.35.4 v1.36.3 v1.37.2
+NODE_IMAGE_VERSIONS ?= $(KUBERNETES_OLDEST) $(KUBERNETES_OLDER) $(KUBERNETES_NEWER)
 CAPDMP_CACHE ?= $(HOME)/.cache/capdmp
 NODE_IMAGES_NICE ?= nice -n 19
 # One CoreDNS build carried under the CoreDNS tag each kubeadm names: a CoreDNS build costs about

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/kubeversions"
 )
 
 const (
@@ -262,7 +263,7 @@ func TestWebhooksServedWithCertManagerCertificates(t *testing.T) {
 
 	valid := &infrav1.DockerMachinePool{
 		ObjectMeta: metav1.ObjectMeta{Name: "valid", Namespace: namespace.Name},
-		Spec:       infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:v1.36.3"}},
+		Spec:       infrav1.DockerMachinePoolSpec{Template: infrav1.DockerMachinePoolMachineTemplate{CustomImage: "kindest/node:" + kubeversions.Older}},
 	}
 	g.Expect(m.client.Create(ctx, valid)).To(Succeed())
 	g.Expect(valid.Spec.Template.BootstrapTimeout).NotTo(BeNil(), "the defaulting webhook did not set bootstrapTimeout")

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/kubeversions"
 )
 
 // providerTimeout bounds a clusterctl delete or init of CAPDMP alone and its Deployment becoming
@@ -219,7 +220,7 @@ func TestReleaseInstalls(t *testing.T) {
 	// clusterctl generate cluster without --flavor: cluster-template.yaml, the machinepool flavor.
 	generate := func(extra ...string) string {
 		return run(time.Minute, append([]string{"generate", "cluster", "release-default", "--config", config,
-			"--infrastructure", "capdmp:" + r.version, "--target-namespace", "default", "--kubernetes-version", "v1.36.3",
+			"--infrastructure", "capdmp:" + r.version, "--target-namespace", "default", "--kubernetes-version", kubeversions.Older,
 			"--control-plane-machine-count", "1", "--worker-machine-count", "2"}, extra...)...)
 	}
 	byDefault := generate()

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
+	"github.com/capdmp/capdmp/internal/kubeversions"
 )
 
 // workloadTimeout bounds the user flow below; it took 65-95 s on 2 cores.
@@ -48,7 +49,7 @@ func TestMachinePoolFlavorWorkersJoin(t *testing.T) {
 	clusterctl := envOr("CLUSTERCTL", filepath.Join("..", "..", "bin", "clusterctl"))
 	config := envOr("CLUSTERCTL_CONFIG", filepath.Join("..", "..", "out", "clusterctl-repository", "clusterctl.yaml"))
 	kubectl := envOr("KUBECTL", "kubectl")
-	version := envOr("KIND_TEST_KUBERNETES_VERSION", "v1.36.3")
+	version := envOr("KIND_TEST_KUBERNETES_VERSION", kubeversions.Older)
 	const workers = 2
 
 	suffix := make([]byte, 3)

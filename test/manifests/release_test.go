@@ -14,6 +14,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
+
+	"github.com/capdmp/capdmp/internal/kubeversions"
 )
 
 // releaseVersion is the version written in hack/release/VERSION, the one place it is set.
@@ -143,7 +145,7 @@ func TestRelease(t *testing.T) {
 		clusterctl := buildClusterctl(t)
 		generate := func(extra ...string) []byte {
 			args := append([]string{"generate", "cluster", "demo", "--config", config, "--target-namespace", "default",
-				"--infrastructure", "capdmp:" + version, "--kubernetes-version", "v1.36.3",
+				"--infrastructure", "capdmp:" + version, "--kubernetes-version", kubeversions.Older,
 				"--control-plane-machine-count", "1", "--worker-machine-count", "2"}, extra...)
 			return runClusterctl(t, clusterctl, args...)
 		}

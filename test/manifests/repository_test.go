@@ -16,6 +16,8 @@ import (
 	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/repository"
 	"sigs.k8s.io/yaml"
+
+	"github.com/capdmp/capdmp/internal/kubeversions"
 )
 
 // repositoryProvider is a provider of the local clusterctl repository: the image make images
@@ -200,7 +202,7 @@ func testClusterctlReadsTheRepository(t *testing.T, configPath string) {
 		g := NewWithT(t)
 		for _, flavor := range []string{"machinepool", "topology"} {
 			out := run(t, "generate", "cluster", "demo", "--target-namespace", "default", "--infrastructure", "capdmp:"+capdmpRepositoryVersion(g, configPath),
-				"--flavor", flavor, "--kubernetes-version", "v1.36.3", "--control-plane-machine-count", "1", "--worker-machine-count", "2")
+				"--flavor", flavor, "--kubernetes-version", kubeversions.Older, "--control-plane-machine-count", "1", "--worker-machine-count", "2")
 			g.Expect(byKind(decodeObjects(g, []byte(out)), "Cluster")).To(HaveLen(1), flavor)
 		}
 	})

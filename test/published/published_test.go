@@ -21,13 +21,17 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capdmp/capdmp/internal/container/containertest"
+	"github.com/capdmp/capdmp/internal/kubeversions"
 	"github.com/capdmp/capdmp/internal/test/dockerengine"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 )
 
+var (
+	nodeVersion  = kubeversions.Older
+	otherVersion = kubeversions.Newer
+)
+
 const (
-	nodeVersion  = "v1.36.3"
-	otherVersion = "v1.37.2"
 	// runLabel marks every image the test builds, so that the end can prove none is left.
 	runLabel = "test.capdmp.dev/published-run"
 	// inputsLabel is what hack/images/build.sh labels the images it builds with.

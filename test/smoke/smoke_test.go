@@ -22,11 +22,11 @@ import (
 	"sigs.k8s.io/cluster-api/test/infrastructure/container"
 	"sigs.k8s.io/cluster-api/test/infrastructure/kind"
 
+	"github.com/capdmp/capdmp/internal/kubeversions"
 	"github.com/capdmp/capdmp/test/devtools/hostsysctl"
 )
 
 const (
-	defaultVersions = "v1.35.4 v1.36.3 v1.37.2"
 	// defaultLoadBalancerImage is the image CAPD v1.14.2's DockerCluster runs for its load
 	// balancer (test/infrastructure/docker/internal/loadbalancer/const.go).
 	defaultLoadBalancerImage = "kindest/haproxy:v20230606-42a2262b"
@@ -41,7 +41,7 @@ var multiUserTarget = regexp.MustCompile("Reached target .*Multi-User System.*")
 
 func TestRealNodes(t *testing.T) {
 	g := NewWithT(t)
-	versions := strings.Fields(envOr("NODE_IMAGE_VERSIONS", defaultVersions))
+	versions := strings.Fields(envOr("NODE_IMAGE_VERSIONS", strings.Join(kubeversions.Nodes(), " ")))
 	lbImage := envOr("NODE_IMAGES_LB_IMAGE", defaultLoadBalancerImage)
 
 	rt, err := container.NewDockerClient()

@@ -34,13 +34,13 @@ func TestMakeRun(t *testing.T) {
 	t.Parallel()
 	t.Run("upgrade-both-at-once", func(t *testing.T) {
 		s, plane := readmeCluster(t, "run1-make-run-upgrade", "upgrade", "e2e-make-run")
-		plane.upgradeBothAtOnce(s, v137)
-		s.waitUpgraded(v137)
+		plane.upgradeBothAtOnce(s, vNewer)
+		s.waitUpgraded(vNewer)
 		plane.waitNodesReady(s, 3)
 	})
 	t.Run("restart-mid-upgrade", func(t *testing.T) {
 		s, plane := readmeCluster(t, "run2-make-run-restart", "restart", "e2e-make-run-restart")
-		plane.upgradeBothAtOnce(s, v137)
+		plane.upgradeBothAtOnce(s, vNewer)
 
 		machines, containers := s.machineNames(), s.containerNames()
 		out := plane.interrupt(s)
@@ -52,21 +52,21 @@ func TestMakeRun(t *testing.T) {
 		s.c = plane.world.Cluster(s.c.Namespace, s.c.Name)
 		s.g.Expect(s.machineNames()).To(ContainElements(machines), "the restarted plane knows every Machine it knew")
 		s.logf("plane restarted with its state: the Cluster and its %d Machines are there", len(machines))
-		s.waitUpgraded(v137)
+		s.waitUpgraded(vNewer)
 		plane.waitNodesReady(s, 3)
 	})
 }
 
 // readmeCluster does the README's first steps for scenario name: `make run` with a fresh state in
-// folder state, the cluster applied, its control plane and its pool at v136 with every Node Ready.
+// folder state, the cluster applied, its control plane and its pool at vOlder with every Node Ready.
 func readmeCluster(t *testing.T, name, state, cluster string) (*scenario, *makeRun) {
 	t.Helper()
 	s := startScenario(t, name)
 	plane := startMakeRun(s, state, true)
 	c := plane.applyCluster(s, cluster)
 	s.watch(c)
-	s.wait("the control plane at "+v136, clusterReady, func(ctx context.Context) (bool, string, error) { return s.c.ControlPlaneAt(ctx, v136, 1) })
-	s.wait("the pool at "+v136, clusterReady, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, s.c, v136, 2) })
+	s.wait("the control plane at "+vOlder, clusterReady, func(ctx context.Context) (bool, string, error) { return s.c.ControlPlaneAt(ctx, vOlder, 1) })
+	s.wait("the pool at "+vOlder, clusterReady, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, s.c, vOlder, 2) })
 	plane.waitNodesReady(s, 3)
 	return s, plane
 }
@@ -171,10 +171,10 @@ func (r *makeRun) user(s *scenario, line string) string {
 	return string(out)
 }
 
-// applyCluster renders the README's cluster, named name, at v136 and applies it.
+// applyCluster renders the README's cluster, named name, at vOlder and applies it.
 func (r *makeRun) applyCluster(s *scenario, name string) *framework.Cluster {
 	r.user(s, fmt.Sprintf("clusterctl generate cluster %s --from templates/cluster-template-machinepool.yaml "+
-		"--kubernetes-version %s --worker-machine-count 2 | kubectl apply -f -", name, v136))
+		"--kubernetes-version %s --worker-machine-count 2 | kubectl apply -f -", name, vOlder))
 	r.user(s, "kubectl get cluster,kcp,mp,dmp,dmpm")
 	return r.world.Cluster("default", name)
 }

@@ -24,27 +24,27 @@ import (
 	"github.com/capdmp/capdmp/test/framework"
 )
 
-// retaggedImage is the real node image of v137 under a tag that says v136: only this test uses
+// retaggedImage is the real node image of vNewer under a tag that says vOlder: only this test uses
 // the name, and it removes the tag when it ends.
-const retaggedImage = "capdmp.test/retagged-node:" + v136
+var retaggedImage = "capdmp.test/retagged-node:" + vOlder
 
-// TestRetaggedImageRefused gives a pool at v136 the node image of v137 retagged as v136, which
+// TestRetaggedImageRefused gives a pool at vOlder the node image of vNewer retagged as vOlder, which
 // the gate admits by its tag, and scales the pool from 1 to 4: the pool must read the image's
 // /kind/version, refuse it (MachinesCreated=False ImageVersionMismatch, a Warning event) and start
 // nothing of it, while the monitor, on from the cluster's creation, sees no violation.
 func TestRetaggedImageRefused(t *testing.T) {
 	t.Parallel()
 	s := startScenario(t, "retagged-image-refused")
-	imageID := s.retagNodeImage(framework.NodeImage(v137), retaggedImage)
-	c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: v136, ControlPlaneReplicas: 1, PoolVersion: v136, PoolReplicas: 1})
+	imageID := s.retagNodeImage(framework.NodeImage(vNewer), retaggedImage)
+	c := s.createCluster(framework.ClusterSpec{ControlPlaneVersion: vOlder, ControlPlaneReplicas: 1, PoolVersion: vOlder, PoolReplicas: 1})
 	s.watch(c)
-	s.wait("the control plane at "+v136, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return c.ControlPlaneAt(ctx, v136, 1) })
-	s.wait("the pool at "+v136, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, c, v136, 1) })
+	s.wait("the control plane at "+vOlder, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return c.ControlPlaneAt(ctx, vOlder, 1) })
+	s.wait("the pool at "+vOlder, budgets.ClusterReady, func(ctx context.Context) (bool, string, error) { return framework.PoolAt(ctx, c, vOlder, 1) })
 	original := s.poolContainerNames()
 	s.g.Expect(original).To(HaveLen(1), "the pool's containers before the retagged image")
 
 	s.setCustomImage(retaggedImage)
-	s.logf("customImage = %s (%s, the image of %s)", retaggedImage, imageID, v137)
+	s.logf("customImage = %s (%s, the image of %s)", retaggedImage, imageID, vNewer)
 	s.waitImageRefused("the pool to refuse the retagged image", "")
 	s.g.Expect(clusterops.SetMachinePool(s.ctx, c, "replicas 4", func(mp *clusterv1.MachinePool) { mp.Spec.Replicas = ptr.To(int32(4)) })).To(Succeed())
 	s.logf("MachinePool scaled from 1 to 4")
@@ -56,7 +56,7 @@ func TestRetaggedImageRefused(t *testing.T) {
 	s.g.Consistently(func(g Gomega) { s.checkNothingOf(g, original, imageID) }, hold, time.Second).Should(Succeed())
 	s.waitImageRefused("the pool to refuse the image still", "Not creating 4 containers")
 
-	s.checkKubelets(2, v136)
+	s.checkKubelets(2, vOlder)
 	s.wait("a Warning event "+infrav1.ImageVersionMismatchReason+" of the pool", 30*time.Second, func(ctx context.Context) (bool, string, error) {
 		return s.poolEvent(ctx, corev1.EventTypeWarning, infrav1.ImageVersionMismatchReason, retaggedImage)
 	})
@@ -68,7 +68,7 @@ func TestRetaggedImageRefused(t *testing.T) {
 func (s *scenario) retagNodeImage(image, name string) string {
 	s.t.Helper()
 	imageID, err := s.imageID(image)
-	s.g.Expect(err).NotTo(HaveOccurred(), "the node image of %s, built by `make node-images`", v137)
+	s.g.Expect(err).NotTo(HaveOccurred(), "the node image of %s, built by `make node-images`", vNewer)
 	if held, err := s.imageID(name); err == nil {
 		s.g.Expect(held).To(Equal(imageID), "%s exists on the engine as another image than %s: not moving it", name, image)
 		s.logf("%s is %s already (left by an earlier run)", name, image)
@@ -106,7 +106,7 @@ func (s *scenario) setCustomImage(image string) {
 func (s *scenario) waitImageRefused(what, prefix string) {
 	s.t.Helper()
 	want := fmt.Sprintf("image %s (", retaggedImage)
-	wantVersions := fmt.Sprintf("holds Kubernetes %s by its /kind/version, not the %s it is used as; none of it is started", v137, v136)
+	wantVersions := fmt.Sprintf("holds Kubernetes %s by its /kind/version, not the %s it is used as; none of it is started", vNewer, vOlder)
 	s.wait(what, 3*time.Minute, func(ctx context.Context) (bool, string, error) {
 		pool := &infrav1.DockerMachinePool{}
 		if err := s.c.Management.Get(ctx, s.c.Key, pool); err != nil {
@@ -153,7 +153,7 @@ func (s *scenario) checkNothingOf(g Gomega, original []string, imageID string) {
 	cluster, err := s.c.Engine.List(s.ctx, map[string]string{container.KindClusterLabel: s.c.Name})
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, c := range cluster {
-		g.Expect(c.ImageID).NotTo(Equal(imageID), "container %s of the cluster is of the image of %s (%s)", c.Name, v137, c.Image)
+		g.Expect(c.ImageID).NotTo(Equal(imageID), "container %s of the cluster is of the image of %s (%s)", c.Name, vNewer, c.Image)
 	}
 	readers, err := s.c.Engine.List(s.ctx, map[string]string{container.ImageReaderLabel: "true"})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -178,7 +178,7 @@ func (s *scenario) checkKubelets(nodes int, version string) {
 	s.logf("the workload cluster's kubelets: %v", kubelets)
 	s.g.Expect(kubelets).To(HaveLen(nodes), "the workload cluster's Nodes")
 	for name, kubelet := range kubelets {
-		s.g.Expect(kubelet).NotTo(Equal(v137), "Node %s runs kubelet %s", name, kubelet)
+		s.g.Expect(kubelet).NotTo(Equal(vNewer), "Node %s runs kubelet %s", name, kubelet)
 		s.g.Expect(kubelet).To(Equal(version), "Node %s's kubelet", name)
 	}
 }

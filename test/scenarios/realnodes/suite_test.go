@@ -21,20 +21,21 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capdmp/capdmp/internal/clusterops"
+	"github.com/capdmp/capdmp/internal/kubeversions"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
 )
 
-// The node images of the chain, oldest first (hack/node-images/node-images.mk builds them): a
-// scenario of the table starts at the oldest of the newest versions it needs.
-const (
-	v135 = "v1.35.4"
-	v136 = "v1.36.3"
-	v137 = "v1.37.2"
+// The node images of the chain, oldest first (internal/kubeversions; hack/node-images/node-images.mk
+// builds them): a scenario of the table starts at the oldest of the newest versions it needs.
+var (
+	vOldest = kubeversions.Oldest
+	vOlder  = kubeversions.Older
+	vNewer  = kubeversions.Newer
 )
 
-var chain = []string{v135, v136, v137}
+var chain = []string{vOldest, vOlder, vNewer}
 
 var (
 	world *framework.World

@@ -29,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/capdmp/capdmp/internal/container"
+	"github.com/capdmp/capdmp/internal/kubeversions"
 	"github.com/capdmp/capdmp/pkg/skew"
 	"github.com/capdmp/capdmp/test/devtools/managementplane"
 )
@@ -124,7 +125,7 @@ func run(ctx context.Context, o options) error {
 // printNextSteps says what a user does next, with the node images this engine has.
 func printNextSteps(ctx context.Context, kubeconfig, logDir string) {
 	versions := nodeImageVersions(ctx)
-	from, to := "v1.36.3", "v1.37.2"
+	from, to := kubeversions.Older, kubeversions.Newer
 	if n := len(versions); n >= 2 {
 		from, to = versions[n-2], versions[n-1]
 	}
@@ -176,7 +177,7 @@ func nodeImageVersions(ctx context.Context) []string {
 
 func orNone(versions []string) string {
 	if len(versions) == 0 {
-		return "none (`make node-images NODE_IMAGE_VERSIONS=\"v1.36.3 v1.37.2\"` builds them, about 15 minutes a version the first time)"
+		return "none (`make node-images NODE_IMAGE_VERSIONS=\"" + kubeversions.Older + " " + kubeversions.Newer + "\"` pulls or builds them, about 15 minutes a version when built)"
 	}
 	return strings.Join(versions, " ")
 }

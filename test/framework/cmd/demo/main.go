@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capdmp/capdmp/internal/kubeversions"
 	"github.com/capdmp/capdmp/internal/test/testenv"
 	"github.com/capdmp/capdmp/pkg/conformance"
 	"github.com/capdmp/capdmp/test/framework"
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	scenario := flag.String("scenario", "both-at-once/machinepool-first", "the scenario of pkg/conformance's table to play (needs at most the versions of -versions)")
-	versions := flag.String("versions", "v1.36.3,v1.37.2", "the Kubernetes versions of the chain, oldest first (a kindest/node image of each must exist)")
+	versions := flag.String("versions", kubeversions.Older+","+kubeversions.Newer, "the Kubernetes versions of the chain, oldest first (a kindest/node image of each must exist)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, *scenario, strings.Split(*versions, ","))
