@@ -55,7 +55,7 @@ answers() {
   command -v docker >/dev/null 2>&1 || return 1
   local limit=()
   if command -v timeout >/dev/null 2>&1; then limit=(timeout 10); fi
-  DOCKER_HOST="$1" "${limit[@]}" docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+  DOCKER_HOST="$1" ${limit[@]+"${limit[@]}"} docker version --format '{{.Server.Version}}' >/dev/null 2>&1
 }
 
 # candidates prints the engines tried, in order, for messages.

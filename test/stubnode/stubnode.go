@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -98,12 +97,17 @@ func Build(ctx context.Context, o Options) error {
 		}
 	}
 
+	// The binaries run in the engine's containers: built for its architecture, not the host's.
+	arch, err := dockerengine.Docker(ctx, host, nil, "version", "--format", "{{.Server.Arch}}")
+	if err != nil {
+		return fmt.Errorf("reading the Docker engine's architecture: %w", err)
+	}
 	dir, err := os.MkdirTemp("", "capdmp-nodeimage-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	if err := populateRootfs(ctx, filepath.Join(dir, "rootfs"), o.Busybox, logf); err != nil {
+	if err := populateRootfs(ctx, filepath.Join(dir, "rootfs"), o.Busybox, strings.TrimSpace(arch), logf); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "versions"), 0o755); err != nil {
@@ -170,7 +174,7 @@ func EnsureImages(ctx context.Context, log io.Writer, versions ...string) error 
 
 // populateRootfs lays out the image's files: busybox and its applet links in /bin, the stub
 // kubeadm in /usr/bin, the init in /sbin, root's passwd and group entries, empty folders.
-func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(string, ...any)) error {
+func populateRootfs(ctx context.Context, rootfs, busybox, arch string, logf func(string, ...any)) error {
 	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/local/bin", "etc/kubernetes", "kind", "root", "tmp", "run", "var/lib", "var/log", "proc", "sys", "dev", "lib/modules"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
 			return err
@@ -213,7 +217,7 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 	}
 
 	// One go build for both binaries: they share most packages.
-	out, err := goBuild(ctx, rootfs, "./stubnode/cmd/kubeadm", "./stubnode/cmd/init")
+	out, err := goBuild(ctx, rootfs, arch, "./stubnode/cmd/kubeadm", "./stubnode/cmd/init")
 	if err != nil {
 		return err
 	}
@@ -226,9 +230,9 @@ func populateRootfs(ctx context.Context, rootfs, busybox string, logf func(strin
 	return os.Remove(out)
 }
 
-// goBuild builds static binaries of pkgs, packages of the harness module (test/), into a new
-// folder beside rootfs and returns the folder.
-func goBuild(ctx context.Context, rootfs string, pkgs ...string) (string, error) {
+// goBuild builds static linux/arch binaries of pkgs, packages of the harness module (test/), into
+// a new folder beside rootfs and returns the folder.
+func goBuild(ctx context.Context, rootfs, arch string, pkgs ...string) (string, error) {
 	out := filepath.Join(filepath.Dir(rootfs), "gobin")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return "", err
@@ -236,7 +240,7 @@ func goBuild(ctx context.Context, rootfs string, pkgs ...string) (string, error)
 	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out + "/"}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Join(testenv.RepoRoot(), "test")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %v: %w: %s", pkgs, err, b)
 	}

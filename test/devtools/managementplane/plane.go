@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -110,11 +111,7 @@ func Start(ctx context.Context, o Options) (_ *Plane, err error) {
 // prepareHost raises the host's kernel limits that real nodes need (put back on Stop), and makes
 // the Docker network the nodes share.
 func (p *Plane) prepareHost(ctx context.Context) error {
-	host := hostsysctl.Host{StateFile: hostsysctl.DefaultStateFile(), Logf: p.progressf}
-	var err error
-	if p.sysctls, err = host.Record(hostsysctl.KubeletChanged, hostsysctl.InotifyForManyNodes); err != nil {
-		return err
-	}
+	p.recordHostSysctls()
 	engine, err := container.NewDocker()
 	if err != nil {
 		return fmt.Errorf("connecting to the Docker engine: %w", err)
@@ -126,6 +123,22 @@ func (p *Plane) prepareHost(ctx context.Context) error {
 	}
 	_, err = engine.EnsureNetwork(ctx, p.o.Manager.DockerNetwork)
 	return err
+}
+
+// recordHostSysctls records the kernel settings the nodes' kubelets change on a Linux host (put
+// back on Stop) and raises the inotify limits many nodes need, where this user may. It is not
+// needed to run nodes: on macOS the engine's VM has a kernel of its own, and a user who may not
+// read or write them is told once.
+func (p *Plane) recordHostSysctls() {
+	if runtime.GOOS != "linux" {
+		p.progressf("Host kernel settings left alone: the engine's kernel is not this %s host's", runtime.GOOS)
+		return
+	}
+	host := hostsysctl.Host{StateFile: hostsysctl.DefaultStateFile(), Logf: p.progressf}
+	var err error
+	if p.sysctls, err = host.Record(hostsysctl.KubeletChanged, hostsysctl.InotifyForManyNodes); err != nil {
+		p.progressf("Host kernel settings not recorded, so not put back on Stop: %v", err)
+	}
 }
 
 // Kubeconfig is the path of the admin kubeconfig.

@@ -67,8 +67,7 @@ func TestFaultManagementAPIServerRestarted(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = log.Close() })
 	command.Stdout, command.Stderr = log, log
-	// It dies with the test process, as envtest's processes do.
-	command.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	command.SysProcAttr = diesWithTheTest()
 	g.Expect(command.Start()).To(Succeed())
 	restarted = command
 	t.Logf("kube-apiserver started again %s after it was stopped", time.Since(stopped).Round(time.Millisecond))
