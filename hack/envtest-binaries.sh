@@ -7,8 +7,12 @@
 #   2. this script's cache of earlier source builds of KUBERNETES_VERSION;
 #   3. setup-envtest's folder of KUBERNETES_VERSION for this OS and architecture
 #      (~/.local/share/kubebuilder-envtest/k8s/1.37.0-linux-amd64 on Linux);
-#   4. a source build, on linux/amd64 only, cached outside the clone, keyed by version.
-# 2 and 3 are copied into bin/envtest, KUBEBUILDER_ASSETS' default in the Makefile.
+#   4. the binaries controller-tools publishes for this OS and architecture, downloaded by
+#      setup-envtest into its folder (ENVTEST_INDEX names another index, a mirror's; skipped with
+#      CAPDMP_PULL=never);
+#   5. a source build, on linux/amd64 only, cached outside the clone, keyed by version.
+# 2, 3 and 4 are copied into bin/envtest (ENVTEST_BIN_DIR), KUBEBUILDER_ASSETS' default in the
+# Makefile.
 #
 # Both are static (CGO_ENABLED=0, -trimpath), built the way hack/node-images builds Kubernetes:
 # kube-apiserver's packages then land in Go's build cache exactly as the node image of the same
@@ -20,7 +24,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-$(awk '$1 == "envtest" { print $2 }' "${ROOT}/internal/kubeversions/versions.txt")}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 CACHE="${CAPDMP_CACHE:-${HOME}/.cache/capdmp}/envtest"
-OUT="${ROOT}/bin/envtest"
+OUT="${ENVTEST_BIN_DIR:-${ROOT}/bin/envtest}"
 # As in hack/node-images/lib.sh: the compiler collects garbage less often (~7 % faster cold builds).
 export GOGC="${GOGC:-400}"
 
@@ -106,6 +110,21 @@ build_supported() {
   exit 1
 }
 
+# fetch_published: setup-envtest downloads KUBERNETES_VERSION's published binaries and prints
+# their folder; its output goes to the log only when it fails (no registry here is no error).
+fetch_published() {
+  [[ "${CAPDMP_PULL:-}" != never ]] || return 1
+  local index=() out
+  if [[ -n "${ENVTEST_INDEX:-}" ]]; then index=(--index "${ENVTEST_INDEX}"); fi
+  out="$(cd "${ROOT}" && go tool -modfile=hack/tools/go.mod setup-envtest use "${KUBERNETES_VERSION#v}" -p path ${index[@]+"${index[@]}"} 2>&1)" || {
+    log "setup-envtest could not fetch ${KUBERNETES_VERSION} (${ENVTEST_INDEX:-the default index}): $(echo "${out}" | tail -n 1)"
+    return 1
+  }
+  out="$(echo "${out}" | tail -n 1)"
+  has_binaries "${out}" || { log "setup-envtest printed ${out}, which holds no kube-apiserver and etcd"; return 1; }
+  echo "${out}"
+}
+
 # physical DIR: DIR without symbolic links, or as it is when it does not exist.
 physical() { (cd "$1" 2>/dev/null && pwd -P) || echo "$1"; }
 
@@ -127,6 +146,9 @@ if [[ -x "${apiserver}" && -x "${etcd}" ]]; then
 elif has_binaries "${prebuilt}" && [[ "$(apiserver_version "${prebuilt}")" == "${KUBERNETES_VERSION}" ]]; then
   log "using setup-envtest's ${prebuilt} (kube-apiserver ${KUBERNETES_VERSION}); nothing built"
   apiserver="${prebuilt}/kube-apiserver" etcd="${prebuilt}/etcd"
+elif fetched="$(fetch_published)"; then
+  log "fetched with setup-envtest into ${fetched} (kube-apiserver $(apiserver_version "${fetched}")); nothing built"
+  apiserver="${fetched}/kube-apiserver" etcd="${fetched}/etcd"
 else
   build_supported
   mkdir -p "${CACHE}"
