@@ -77,7 +77,8 @@ capd_lb_image() {
 recipe_hash() {
   {
     # Not pull.sh and published.txt: what is pulled decides nothing in an image built here.
-    (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' ! -name pull.sh ! -name published.txt -print0 | sort -z | xargs -0 sha256sum)
+    (cd "${NODE_IMAGES_DIR}" && find . -type f ! -name '*.md' ! -name '*.mk' ! -name pull.sh ! -name published.txt -print0 | sort -z |
+      while IFS= read -r -d '' file; do sha256sum "${file}"; done)
     sha256sum "${REPO_ROOT}/hack/runc-wrapper" | cut -d' ' -f1
     # Not NODE_IMAGES_COREDNS: an image with CoreDNS serves where none is needed (COREDNS_LABEL).
     echo "${CRICTL_VERSION} ${NODE_IMAGES_ETCD_VERSION:-} ${NODE_IMAGES_COREDNS_VERSION:-} $(go version)"

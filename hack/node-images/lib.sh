@@ -11,6 +11,11 @@ NODE_IMAGES_CACHE="${NODE_IMAGES_CACHE:-${CAPDMP_CACHE}/node-images}"
 # 100, alternated), memory is plentiful, and a cold run builds Kubernetes three times.
 export GOGC="${GOGC:-400}"
 
+# macOS has no coreutils sha256sum; Perl's shasum prints the same lines.
+if ! command -v sha256sum >/dev/null 2>&1; then
+  sha256sum() { shasum -a 256 "$@"; }
+fi
+
 log() { printf '[node-images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 

@@ -36,7 +36,10 @@ published_ref() {
 pull_ref() {
   local ref="$1" logfile="$2" rc=0
   mkdir -p "$(dirname "${logfile}")"
-  timeout -k 10 "${CAPDMP_PULL_TIMEOUT}" docker pull "${ref}" >"${logfile}" 2>&1 || rc=$?
+  local limit=()
+  # macOS has no timeout: the pull is bounded by the engine's own timeouts there.
+  if command -v timeout >/dev/null 2>&1; then limit=(timeout -k 10 "${CAPDMP_PULL_TIMEOUT}"); fi
+  ${limit[@]+"${limit[@]}"} docker pull "${ref}" >"${logfile}" 2>&1 || rc=$?
   case "${rc}" in
     0) return 0 ;;
     124 | 137) echo "timed out after ${CAPDMP_PULL_TIMEOUT}s (CAPDMP_PULL_TIMEOUT)" ;;
