@@ -8,8 +8,8 @@
 #
 #   eval "$(hack/docker-engine.sh start)"
 #
-# An engine that already answers (DOCKER_HOST, our socket, then /var/run/docker.sock) is used as
-# it is. Otherwise this script installs Debian's docker.io if dockerd is missing and starts dockerd
+# An engine that already answers (DOCKER_HOST, the docker CLI's current context, our socket, then
+# /var/run/docker.sock) is used as it is. Otherwise this script installs Debian's docker.io if dockerd is missing and starts dockerd
 # in the background with its own socket, pidfile and exec-root under CAPDMP_DOCKER_DIR, so it
 # never touches a system daemon. Containers are kept off outside networks: no IP forwarding, no
 # masquerading, DNS pointed at 127.0.0.1 (nothing answers there), and a DOCKER-USER rule drops
@@ -58,9 +58,22 @@ answers() {
   DOCKER_HOST="$1" ${limit[@]+"${limit[@]}"} docker version --format '{{.Server.Version}}' >/dev/null 2>&1
 }
 
+# context_host prints the endpoint of the docker CLI's current context (DOCKER_CONTEXT, else the one
+# `docker context use` chose) when it is not the default: Docker Desktop, Colima and OrbStack
+# listen where only their context says, and the Go client of the tests and the manager reads
+# DOCKER_HOST alone.
+context_host() {
+  command -v docker >/dev/null 2>&1 || return 0
+  local name
+  name="$(docker context show 2>/dev/null || true)"
+  [[ -n "${name}" && "${name}" != default ]] || return 0
+  docker context inspect --format '{{.Endpoints.docker.Host}}' "${name}" 2>/dev/null || true
+}
+
 # candidates prints the engines tried, in order, for messages.
 candidates() {
   if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" && -n "${DOCKER_HOST:-}" ]]; then printf '%s ' "${DOCKER_HOST}"; fi
+  if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" && -n "$(context_host)" ]]; then printf '%s ' "$(context_host)"; fi
   printf '%s' "${OUR_HOST}"
   if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" ]]; then printf ' %s' "unix:///var/run/docker.sock"; fi
 }
@@ -98,6 +111,8 @@ existing_host() {
   local candidates=()
   if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" ]]; then
     [[ -n "${DOCKER_HOST:-}" ]] && candidates+=("${DOCKER_HOST}")
+    local context; context="$(context_host)"
+    [[ -n "${context}" ]] && candidates+=("${context}")
   fi
   candidates+=("${OUR_HOST}")
   if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" ]]; then
