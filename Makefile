@@ -307,3 +307,10 @@ build: ## Build the manager binary, its version set (bin/manager --version)
 .PHONY: docker-build
 docker-build: ## Build the manager image (IMG, capdmp-controller:dev) from a static binary built here, on scratch (CAPDMP_BASE_IMAGE)
 	$(IMAGES_ENV) hack/images/build.sh capdmp
+
+# The architectures docker-build-all builds, each tagged IMG-ARCH (capdmp-controller:dev-arm64).
+ALL_ARCH ?= amd64 arm64
+
+.PHONY: docker-build-all
+docker-build-all: ## Build the manager image for each ALL_ARCH (amd64 arm64), tagged IMG-ARCH; the engine's own arch is smoke-tested
+	for arch in $(ALL_ARCH); do $(IMAGES_ENV) IMAGE_ARCH=$$arch CAPDMP_IMG=$(IMG)-$$arch hack/images/build.sh capdmp || exit 1; done
