@@ -13,31 +13,30 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestDefaultsArePublished: every default node version is one kind publishes an image of, as
-// Cluster API's kind mapper lists them, so that the README's first command pulls instead of
-// building; and hack/node-images/published.txt pins each by the mapper's digest.
-func TestDefaultsArePublished(t *testing.T) {
-	published := map[string]string{}
+// TestPublishedListMatchesTheMapper: hack/node-images/published.txt pins each node version it
+// lists by the digest Cluster API's kind mapper gives it, as kind's releases publish them.
+func TestPublishedListMatchesTheMapper(t *testing.T) {
 	content, err := os.ReadFile(filepath.Join("..", "..", "hack", "node-images", "published.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	listed := 0
 	for line := range strings.Lines(string(content)) {
-		if fields := strings.Fields(line); len(fields) == 2 && !strings.HasPrefix(fields[0], "#") {
-			published[fields[0]] = fields[1]
+		fields := strings.Fields(line)
+		if len(fields) != 2 || strings.HasPrefix(fields[0], "#") || !strings.HasPrefix(fields[0], "v") {
+			continue
 		}
-	}
-	for _, v := range Nodes() {
-		t.Run(v, func(t *testing.T) {
+		listed++
+		t.Run(fields[0], func(t *testing.T) {
 			g := NewWithT(t)
-			parsed, err := semver.ParseTolerant(v)
+			parsed, err := semver.ParseTolerant(fields[0])
 			g.Expect(err).ToNot(HaveOccurred())
 			mapping := kind.GetMapping(parsed, "")
-			g.Expect(mapping.KubernetesVersion.Equals(parsed)).To(BeTrue(), "Cluster API's kind mapper lists no kindest/node image of %s (its nearest: %s)", v, mapping.Image)
-			g.Expect(mapping.Image).To(HavePrefix("kindest/node:" + v + "@sha256:"))
-			g.Expect(published).To(HaveKeyWithValue(v, mapping.Image), "published.txt pins %s by the mapper's digest", v)
+			g.Expect(mapping.KubernetesVersion.Equals(parsed)).To(BeTrue(), "Cluster API's kind mapper lists no kindest/node image of %s", fields[0])
+			g.Expect(fields[1]).To(Equal(mapping.Image))
 		})
 	}
+	NewWithT(t).Expect(listed).To(BeNumerically(">", 0))
 }
 
 func TestDefaultsAreConsistent(t *testing.T) {
