@@ -1,8 +1,9 @@
 package container
 
 import (
-	"os"
 	"strings"
+
+	"golang.org/x/net/http/httpproxy"
 )
 
 // Proxy is the proxy configuration node containers get, as CAPD passes its own environment's to
@@ -12,15 +13,10 @@ type Proxy struct {
 }
 
 // ProxyFromEnvironment reads HTTP_PROXY, HTTPS_PROXY and NO_PROXY, each of them in upper case
-// first, then in lower case.
+// first, then in lower case, as Go's HTTP client does.
 func ProxyFromEnvironment() Proxy {
-	getenv := func(name string) string {
-		if v := os.Getenv(name); v != "" {
-			return v
-		}
-		return os.Getenv(strings.ToLower(name))
-	}
-	return Proxy{HTTPProxy: getenv("HTTP_PROXY"), HTTPSProxy: getenv("HTTPS_PROXY"), NoProxy: getenv("NO_PROXY")}
+	c := httpproxy.FromEnvironment()
+	return Proxy{HTTPProxy: c.HTTPProxy, HTTPSProxy: c.HTTPSProxy, NoProxy: c.NoProxy}
 }
 
 // NodeEnv is the environment of a node container named nodeName on a network of these subnets:
