@@ -16,7 +16,6 @@ kube_version = $(shell awk '$$1 == "$(1)" { print $$2 }' $(ROOT)/internal/kubeve
 KUBERNETES_OLDEST := $(call kube_version,oldest)
 KUBERNETES_OLDER := $(call kube_version,older)
 KUBERNETES_NEWER := $(call kube_version,newer)
-ENVTEST_KUBERNETES_VERSION := $(call kube_version,envtest)
 # The version of the manager, its git commit and build date (hack/version.sh), as Cluster API's
 # Makefile sets its own.
 LDFLAGS = $(shell hack/version.sh)
@@ -91,7 +90,7 @@ clusterctl-repository: manifests ## A local clusterctl repository of Cluster API
 ##@ Test
 .PHONY: envtest-binaries
 envtest-binaries: ## Build kube-apiserver and etcd for envtest (cached)
-	KUBERNETES_VERSION=$(ENVTEST_KUBERNETES_VERSION) hack/envtest-binaries.sh
+	hack/envtest-binaries.sh
 
 .PHONY: docker-engine
 docker-engine: ## Start a Docker engine if none answers

@@ -9,9 +9,9 @@
 #   eval "$(hack/docker-engine.sh start)"
 #
 # An engine that already answers (DOCKER_HOST, the docker CLI's current context, our socket, then
-# /var/run/docker.sock) is used as it is. Otherwise this script installs Debian's docker.io if dockerd is missing and starts dockerd
-# in the background with its own socket, pidfile and exec-root under CAPDMP_DOCKER_DIR, so it
-# never touches a system daemon. Containers are kept off outside networks: no IP forwarding, no
+# /var/run/docker.sock) is used as it is. Otherwise this script installs Debian's docker.io if
+# dockerd is missing and starts dockerd in the background with its own socket, pidfile and
+# exec-root under CAPDMP_DOCKER_DIR, so it never touches a system daemon. Containers are kept off outside networks: no IP forwarding, no
 # masquerading, DNS pointed at 127.0.0.1 (nothing answers there), and a DOCKER-USER rule drops
 # forwarded traffic leaving a Docker bridge for any other interface. Tests publish ports on
 # 127.0.0.1 only and use --network host to reach loopback servers.
@@ -72,8 +72,11 @@ context_host() {
 
 # candidates prints the engines tried, in order, for messages.
 candidates() {
-  if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" && -n "${DOCKER_HOST:-}" ]]; then printf '%s ' "${DOCKER_HOST}"; fi
-  if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" && -n "$(context_host)" ]]; then printf '%s ' "$(context_host)"; fi
+  if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" ]]; then
+    local context; context="$(context_host)"
+    if [[ -n "${DOCKER_HOST:-}" ]]; then printf '%s ' "${DOCKER_HOST}"; fi
+    if [[ -n "${context}" ]]; then printf '%s ' "${context}"; fi
+  fi
   printf '%s' "${OUR_HOST}"
   if [[ "${CAPDMP_DOCKER_OWN:-false}" != "true" ]]; then printf ' %s' "unix:///var/run/docker.sock"; fi
 }
