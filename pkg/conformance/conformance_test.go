@@ -188,6 +188,37 @@ func TestScenarioRun(t *testing.T) {
 	}
 }
 
+// TestControlPlaneWriterWritesTheVersion: a Cluster that writes its control plane's version
+// itself is asked to, for each version the scenario applies, instead of the kit writing
+// spec.version alone.
+func TestControlPlaneWriterWritesTheVersion(t *testing.T) {
+	g := NewWithT(t)
+	clusterops.PollInterval = 5 * time.Millisecond
+	t.Cleanup(func() { clusterops.PollInterval = time.Second })
+	p := newFakeProvider(t)
+	p.gated = true
+	w := &controlPlaneWriter{fakeProvider: p}
+	s, ok := Lookup("both-at-once/machinepool-first")
+	g.Expect(ok).To(BeTrue())
+	_, err := s.Run(context.Background(), w, Options{
+		Versions: []string{from, to}, Interval: time.Millisecond,
+		Budgets: Budgets{ClusterReady: time.Second, ControlPlaneUpgrade: time.Second, PoolUpgrade: time.Second, Gate: time.Second},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(w.written).To(Equal([]string{to}))
+}
+
+// controlPlaneWriter records the versions it writes to the control plane.
+type controlPlaneWriter struct {
+	*fakeProvider
+	written []string
+}
+
+func (w *controlPlaneWriter) SetControlPlaneVersion(ctx context.Context, version string) error {
+	w.written = append(w.written, version)
+	return clusterops.SetControlPlaneVersion(ctx, w, version)
+}
+
 // blindControlPlane hides the control plane's status.versions, as a provider that does not
 // report them would.
 type blindControlPlane struct{ client.Client }

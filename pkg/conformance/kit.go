@@ -61,6 +61,15 @@ type ImageWriter interface {
 	SetImage(ctx context.Context, version string) error
 }
 
+// ControlPlaneWriter is a Cluster whose control plane moves to a version by more than its
+// spec.version, for instance a machine template that names the image of its version (CAPD's
+// DockerMachineTemplate with a customImage): SetControlPlaneVersion writes the version and what
+// goes with it at once, as a user's apply of the regenerated manifest does. Scenarios need it
+// nowhere; a Cluster without it gets spec.version alone.
+type ControlPlaneWriter interface {
+	SetControlPlaneVersion(ctx context.Context, version string) error
+}
+
 // Restarter is a Cluster whose provider's controllers can be restarted mid-scenario.
 // RestartProvider returns once the restarted controllers run.
 type Restarter interface {

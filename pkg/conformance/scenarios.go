@@ -474,7 +474,11 @@ func (r *run) apply(version string, gap time.Duration, writes ...write) error {
 		var err error
 		switch w {
 		case writeControlPlane:
-			err = clusterops.SetControlPlaneVersion(r.ctx, r.c, version)
+			if w, ok := r.c.(ControlPlaneWriter); ok {
+				err = w.SetControlPlaneVersion(r.ctx, version)
+			} else {
+				err = clusterops.SetControlPlaneVersion(r.ctx, r.c, version)
+			}
 		case writeMachinePool:
 			err = clusterops.SetMachinePool(r.ctx, r.c, "version "+version, func(mp *clusterv1.MachinePool) { mp.Spec.Template.Spec.Version = version })
 		case writeImage:

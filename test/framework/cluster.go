@@ -24,6 +24,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
+	"sigs.k8s.io/cluster-api/controllers/external"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
@@ -267,6 +268,68 @@ func (c *Cluster) ControlPlaneAt(ctx context.Context, version string, replicas i
 	ok := len(s.Versions) == 1 && s.Versions[0].Version == version && ptr.Deref(s.Replicas, 0) == replicas &&
 		ptr.Deref(s.ReadyReplicas, 0) == replicas && ptr.Deref(s.UpToDateReplicas, 0) == replicas
 	return ok, desc, nil
+}
+
+// SetControlPlaneVersion writes version to the KubeadmControlPlane (conformance.ControlPlaneWriter).
+// Template's control-plane machine template names its image by the version's tag, and templates
+// are immutable: the KubeadmControlPlane gets, in the same write, a copy of its template at
+// version, as Template applied again at that version makes it.
+func (c *Cluster) SetControlPlaneVersion(ctx context.Context, version string) error {
+	kcp, err := c.ControlPlaneStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("reading KubeadmControlPlane %s: %w", c.ControlPlane, err)
+	}
+	patch := client.MergeFrom(kcp.DeepCopy())
+	ref := &kcp.Spec.MachineTemplate.Spec.InfrastructureRef
+	current, err := external.GetObjectFromContractVersionedRef(ctx, c.w.Client, *ref, c.Namespace)
+	if err != nil {
+		return fmt.Errorf("reading the control plane's machine template %s %s: %w", ref.Kind, ref.Name, err)
+	}
+	next, err := machineTemplateAt(current, kcp.Spec.Version, version)
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		if err := c.w.Client.Create(ctx, next); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating machine template %s %s: %w", next.GetKind(), next.GetName(), err)
+		}
+		ref.Name = next.GetName()
+	}
+	kcp.Spec.Version = version
+	if err := c.w.Client.Patch(ctx, kcp, patch); err != nil {
+		return fmt.Errorf("writing version %s to KubeadmControlPlane %s: %w", version, kcp.Name, err)
+	}
+	return nil
+}
+
+// machineTemplateAt returns the copy of a control plane's machine template, at version from,
+// that runs version to: its customImage and its name, which both end in the version, end in to
+// (a name that does not gets "-<to>"). A template without a customImage runs whatever CAPD picks
+// for the Machine's version: nil, nothing to copy.
+func machineTemplateAt(template *unstructured.Unstructured, from, to string) (*unstructured.Unstructured, error) {
+	imagePath := []string{"spec", "template", "spec", "customImage"}
+	image, _, err := unstructured.NestedString(template.Object, imagePath...)
+	if err != nil || image == "" {
+		return nil, err
+	}
+	if !strings.HasSuffix(image, ":"+from) {
+		return nil, fmt.Errorf("%s %s runs image %s, not one tagged with the control plane's version %s", template.GetKind(), template.GetName(), image, from)
+	}
+	next := &unstructured.Unstructured{Object: map[string]any{"spec": runtime.DeepCopyJSONValue(template.Object["spec"])}}
+	next.SetAPIVersion(template.GetAPIVersion())
+	next.SetKind(template.GetKind())
+	next.SetNamespace(template.GetNamespace())
+	next.SetLabels(template.GetLabels())
+	next.SetOwnerReferences(template.GetOwnerReferences())
+	if name, ok := strings.CutSuffix(template.GetName(), from); ok {
+		next.SetName(name + to)
+	} else {
+		next.SetName(template.GetName() + "-" + to)
+	}
+	if err := unstructured.SetNestedField(next.Object, strings.TrimSuffix(image, from)+to, imagePath...); err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // LastRemediation says when KCP last replaced a control-plane Machine the MachineHealthCheck

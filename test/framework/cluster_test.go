@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/capdmp/capdmp/internal/test/testenv"
@@ -226,4 +228,98 @@ func TestRenderClusterWithUpstreamPool(t *testing.T) {
 	config := &bootstrapv1.KubeadmConfig{}
 	g.Expect(fromObjects(objs, "KubeadmConfig", config)).To(Succeed())
 	g.Expect(config.Spec.JoinConfiguration.NodeRegistration.Name).To(BeEmpty(), "kubeadm names CAPD's nodes")
+}
+
+// TestSetControlPlaneVersion: the control plane moves to a version with a copy of its machine
+// template that runs that version's image, named as Template applied at that version names it;
+// the template it ran stays as it was.
+func TestSetControlPlaneVersion(t *testing.T) {
+	const from, to = "v1.36.4", "v1.37.0"
+	g := NewWithT(t)
+	ctx := context.Background()
+	objs, err := renderCluster(ClusterSpec{Name: "c1", ControlPlaneVersion: from, ControlPlaneReplicas: 1, PoolVersion: from, PoolReplicas: 2})
+	g.Expect(err).NotTo(HaveOccurred())
+	builder := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(&apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{
+		Name: "dockermachinetemplates.infrastructure.cluster.x-k8s.io", Labels: map[string]string{clusterv1.GroupVersion.String(): "v1beta2"}}})
+	for _, kind := range []string{"KubeadmControlPlane", "DockerMachineTemplate"} {
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				builder = builder.WithObjects(o.DeepCopy())
+			}
+		}
+	}
+	c := &Cluster{Namespace: "c1", ControlPlane: "c1-control-plane", w: &World{Client: builder.Build()}}
+
+	g.Expect(c.SetControlPlaneVersion(ctx, to)).To(Succeed())
+
+	kcp, err := c.ControlPlaneStatus(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kcp.Spec.Version).To(Equal(to))
+	g.Expect(kcp.Spec.MachineTemplate.Spec.InfrastructureRef.Name).To(Equal("c1-control-plane-" + to))
+	rendered, err := renderCluster(ClusterSpec{Name: "c1", ControlPlaneVersion: to, ControlPlaneReplicas: 1, PoolVersion: to, PoolReplicas: 2})
+	g.Expect(err).NotTo(HaveOccurred())
+	want := &capdv1.DockerMachineTemplate{} //nolint:staticcheck // the kind the template uses
+	g.Expect(fromObjects(rendered, "DockerMachineTemplate", want)).To(Succeed())
+	for version, image := range map[string]string{from: "kindest/node:" + from, to: "kindest/node:" + to} {
+		dmt := &capdv1.DockerMachineTemplate{} //nolint:staticcheck // the kind the template uses
+		g.Expect(c.w.Client.Get(ctx, client.ObjectKey{Namespace: "c1", Name: "c1-control-plane-" + version}, dmt)).To(Succeed())
+		g.Expect(dmt.Spec.Template.Spec.CustomImage).To(Equal(image))
+		if version == to {
+			g.Expect(dmt.Spec).To(Equal(want.Spec), "the copy is what the template makes at %s", to)
+		}
+	}
+
+	// Written again (a retried step): the same template, nothing new.
+	g.Expect(c.SetControlPlaneVersion(ctx, to)).To(Succeed())
+	list := &capdv1.DockerMachineTemplateList{} //nolint:staticcheck // the kind the template uses
+	g.Expect(c.w.Client.List(ctx, list)).To(Succeed())
+	g.Expect(list.Items).To(HaveLen(2))
+}
+
+func TestMachineTemplateAt(t *testing.T) {
+	template := func(name, image string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{}}}}}
+		u.SetAPIVersion(capdv1.GroupVersion.String())
+		u.SetKind("DockerMachineTemplate")
+		u.SetNamespace("ns")
+		u.SetName(name)
+		if image != "" {
+			g := NewWithT(t)
+			g.Expect(unstructured.SetNestedField(u.Object, image, "spec", "template", "spec", "customImage")).To(Succeed())
+		}
+		return u
+	}
+	tests := []struct {
+		name      string
+		template  *unstructured.Unstructured
+		wantName  string
+		wantImage string
+		wantErr   string
+	}{
+		{name: "named for its version", template: template("c-cp-v1.36.4", "kindest/node:v1.36.4"), wantName: "c-cp-v1.37.0", wantImage: "kindest/node:v1.37.0"},
+		{name: "named otherwise", template: template("c-cp", "localhost:5000/kindest/node:v1.36.4"), wantName: "c-cp-v1.37.0", wantImage: "localhost:5000/kindest/node:v1.37.0"},
+		{name: "no image: CAPD picks it", template: template("c-cp", "")},
+		{name: "an image of another version", template: template("c-cp", "kindest/node:v1.35.8"), wantErr: "not one tagged with the control plane's version v1.36.4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			next, err := machineTemplateAt(tt.template, "v1.36.4", "v1.37.0")
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if tt.wantName == "" {
+				g.Expect(next).To(BeNil())
+				return
+			}
+			g.Expect(next.GetName()).To(Equal(tt.wantName))
+			g.Expect(next.GetNamespace()).To(Equal("ns"))
+			image, _, _ := unstructured.NestedString(next.Object, "spec", "template", "spec", "customImage")
+			g.Expect(image).To(Equal(tt.wantImage))
+			original, _, _ := unstructured.NestedString(tt.template.Object, "spec", "template", "spec", "customImage")
+			g.Expect(original).NotTo(Equal(tt.wantImage), "the template it was copied from is unchanged")
+		})
+	}
 }

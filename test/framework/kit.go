@@ -15,13 +15,18 @@ import (
 // KitCluster is the cluster as the conformance kit sees any provider's: the contract, and the
 // cluster's worker containers, each about to run or running the kubelet of its image's tag.
 // CAPDMP's and upstream CAPD's pools both make their nodes from kindest/node:<version> with
-// kind's labels. It has none of the kit's optional interfaces.
+// kind's labels. Of the kit's optional interfaces it has only ControlPlaneWriter, which belongs to
+// the control plane Template makes, not to the pool's provider.
 type KitCluster struct{ c *Cluster }
 
 // KitCluster returns the conformance kit's view of the cluster.
 func (c *Cluster) KitCluster() KitCluster { return KitCluster{c: c} }
 
-var _ conformance.Cluster = KitCluster{}
+var (
+	_ conformance.Cluster            = KitCluster{}
+	_ conformance.ControlPlaneWriter = KitCluster{}
+	_ conformance.ControlPlaneWriter = &Cluster{}
+)
 
 // Client implements conformance.Cluster.
 func (k KitCluster) Client() client.Client { return k.c.w.Client }
@@ -46,6 +51,11 @@ func (k KitCluster) Instances(ctx context.Context) ([]conformance.Instance, erro
 		instances = append(instances, conformance.Instance{Name: w.Name, Version: v})
 	}
 	return instances, nil
+}
+
+// SetControlPlaneVersion implements conformance.ControlPlaneWriter (Cluster.SetControlPlaneVersion).
+func (k KitCluster) SetControlPlaneVersion(ctx context.Context, version string) error {
+	return k.c.SetControlPlaneVersion(ctx, version)
 }
 
 // MakeVersionAvailable checks that the node image of version is on the engine.

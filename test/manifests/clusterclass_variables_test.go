@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	"sigs.k8s.io/cluster-api/core/reconcilers/topology/cluster/patches/inline"
+	capdv1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/capdmp/capdmp/api/v1alpha1"
@@ -67,11 +69,34 @@ func topologyVariables(t *testing.T, extra map[string]string) []clusterv1.Cluste
 	return cluster.Spec.Topology.Variables
 }
 
-// patchPoolTemplate runs every patch of the ClusterClass with CAPI's inline patch generator, the
-// one the topology controller runs, on the pool class's template as the topology controller asks
-// for it (held by a MachinePool of class poolClass), with these variables and the schema's
-// defaults for the others, and applies the patches it returns.
+// patchPoolTemplate runs every patch of the ClusterClass on the pool class's template as the
+// topology controller asks for it (held by a MachinePool of class poolClass), and checks that the
+// result is a DockerMachinePoolTemplate our webhooks take.
 func patchPoolTemplate(t *testing.T, cc clusterv1.ClusterClass, template unstructured.Unstructured, poolClass string, values []clusterv1.ClusterVariable) (*unstructured.Unstructured, *infrav1.DockerMachinePoolTemplate) {
+	t.Helper()
+	g := NewWithT(t)
+	holder := runtimehooksv1.HolderReference{
+		APIVersion: clusterv1.GroupVersion.String(), Kind: "MachinePool", Namespace: "default", Name: "demo-mp-0",
+		FieldPath: "spec.template.spec.infrastructureRef",
+	}
+	obj := patchTemplate(t, cc, template, holder, fmt.Sprintf(`{"machinePool":{"class":%q}}`, poolClass), values)
+
+	data, err := obj.MarshalJSON()
+	g.Expect(err).NotTo(HaveOccurred())
+	typed := &infrav1.DockerMachinePoolTemplate{}
+	g.Expect(yaml.UnmarshalStrict(data, typed)).To(Succeed(), "the patched template is not a DockerMachinePoolTemplate:\n%s", data)
+	// What the topology controller creates must pass our webhooks.
+	wh := &webhooks.DockerMachinePoolTemplate{}
+	g.Expect(wh.Default(context.Background(), typed)).To(Succeed())
+	_, err = wh.ValidateCreate(context.Background(), typed)
+	g.Expect(err).NotTo(HaveOccurred())
+	return obj, typed
+}
+
+// patchTemplate runs every patch of the ClusterClass with CAPI's inline patch generator, the one
+// the topology controller runs, on template held by holder, with the builtin variables (JSON) and
+// these variables and the schema's defaults for the others, and applies the patches it returns.
+func patchTemplate(t *testing.T, cc clusterv1.ClusterClass, template unstructured.Unstructured, holder runtimehooksv1.HolderReference, builtin string, values []clusterv1.ClusterVariable) *unstructured.Unstructured {
 	t.Helper()
 	g := NewWithT(t)
 	set := map[string]apiextensionsv1.JSON{}
@@ -92,17 +117,13 @@ func patchPoolTemplate(t *testing.T, cc clusterv1.ClusterClass, template unstruc
 
 	obj := template.DeepCopy()
 	for i := range cc.Spec.Patches {
-		builtin := fmt.Sprintf(`{"machinePool":{"class":%q}}`, poolClass)
 		req := &runtimehooksv1.GeneratePatchesRequest{
 			Variables: variables,
 			Items: []runtimehooksv1.GeneratePatchesRequestItem{{
-				UID: "pool-template",
-				HolderReference: runtimehooksv1.HolderReference{
-					APIVersion: clusterv1.GroupVersion.String(), Kind: "MachinePool", Namespace: "default", Name: "demo-mp-0",
-					FieldPath: "spec.template.spec.infrastructureRef",
-				},
-				Object:    runtime.RawExtension{Object: obj},
-				Variables: []runtimehooksv1.Variable{{Name: "builtin", Value: apiextensionsv1.JSON{Raw: []byte(builtin)}}},
+				UID:             "template",
+				HolderReference: holder,
+				Object:          runtime.RawExtension{Object: obj},
+				Variables:       []runtimehooksv1.Variable{{Name: "builtin", Value: apiextensionsv1.JSON{Raw: []byte(builtin)}}},
 			}},
 		}
 		resp, err := inline.NewGenerator(&cc.Spec.Patches[i]).Generate(context.Background(), nil, req)
@@ -112,17 +133,7 @@ func patchPoolTemplate(t *testing.T, cc clusterv1.ClusterClass, template unstruc
 			applyAddPatch(g, obj, item.Patch)
 		}
 	}
-
-	data, err := obj.MarshalJSON()
-	g.Expect(err).NotTo(HaveOccurred())
-	typed := &infrav1.DockerMachinePoolTemplate{}
-	g.Expect(yaml.UnmarshalStrict(data, typed)).To(Succeed(), "the patched template is not a DockerMachinePoolTemplate:\n%s", data)
-	// What the topology controller creates must pass our webhooks.
-	wh := &webhooks.DockerMachinePoolTemplate{}
-	g.Expect(wh.Default(context.Background(), typed)).To(Succeed())
-	_, err = wh.ValidateCreate(context.Background(), typed)
-	g.Expect(err).NotTo(HaveOccurred())
-	return obj, typed
+	return obj
 }
 
 // applyAddPatch applies a JSON patch (RFC 6902) of "add" operations on object members, the only
@@ -238,5 +249,39 @@ func TestTopologyFlavorSetsOnlyClassVariables(t *testing.T) {
 			t.Errorf("variable %s: type %s not checked here", v.Name, schema.Type)
 		}
 		g.Expect(v.Value.Raw).To(MatchJSON(schema.Default.Raw), "%s: the flavor's default is not the class's", v.Name)
+	}
+}
+
+// TestClusterClassControlPlaneImageByTag: the topology controller's patches name the control
+// plane's node image by the tag of its version, so that CAPD runs an image of that tag on the
+// engine (one `make node-images` built) instead of pulling kind's, pinned by digest; a new
+// version gives a new image, which the topology controller rotates the template for.
+func TestClusterClassControlPlaneImageByTag(t *testing.T) {
+	g := NewWithT(t)
+	cc, _ := capdmpClusterClass(t)
+	ref := cc.Spec.ControlPlane.MachineInfrastructure.TemplateRef
+	var template unstructured.Unstructured
+	for _, obj := range byKind(findTemplate(t, "clusterclass-capdmp.yaml").objects, ref.Kind) {
+		if obj.GetName() == ref.Name {
+			template = obj
+		}
+	}
+	g.Expect(template.Object).NotTo(BeNil(), "clusterclass-capdmp.yaml has no %s %s", ref.Kind, ref.Name)
+	holder := runtimehooksv1.HolderReference{
+		APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane", Namespace: "default", Name: "demo-control-plane",
+		FieldPath: "spec.machineTemplate.spec.infrastructureRef",
+	}
+	for version, want := range map[string]string{
+		"v1.36.4":         "kindest/node:v1.36.4",
+		"v1.37.0":         "kindest/node:v1.37.0",
+		"v1.37.0+capdmp.1": "kindest/node:v1.37.0_capdmp.1", // an image tag has no "+"
+	} {
+		t.Run(version, func(t *testing.T) {
+			g := NewWithT(t)
+			obj := patchTemplate(t, cc, template, holder, fmt.Sprintf(`{"controlPlane":{"version":%q}}`, version), nil)
+			dmt := &capdv1.DockerMachineTemplate{} //nolint:staticcheck // the kind the ClusterClass uses
+			convert(g, templateScheme(g), *obj, dmt)
+			g.Expect(dmt.Spec.Template.Spec.CustomImage).To(Equal(want))
+		})
 	}
 }

@@ -190,6 +190,15 @@ func TestTemplateMachinePool(t *testing.T) {
 			var config bootstrapv1.KubeadmConfig
 			convert(g, scheme, obj, &config)
 			expectKindNodeRegistration(g, config.Spec.JoinConfiguration.NodeRegistration)
+		case "DockerMachineTemplate":
+			// The control plane's image by tag (CAPD would pull kind's, pinned by digest), in a
+			// template named for its version: the flavor applied again at another version makes
+			// a new one rather than changing an immutable template.
+			var dmt capdv1.DockerMachineTemplate //nolint:staticcheck // the kind the flavor uses
+			convert(g, scheme, obj, &dmt)
+			version := clusterctlVariables["KUBERNETES_VERSION"]
+			g.Expect(dmt.Spec.Template.Spec.CustomImage).To(Equal("kindest/node:" + version))
+			g.Expect(dmt.Name).To(HaveSuffix(version))
 		}
 	}
 
