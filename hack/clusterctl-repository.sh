@@ -121,7 +121,7 @@ mkdir -p "${cm}"
 	cat "${cm_dir}/deploy/manifests/namespace.yaml"
 	# --kube-version only passes the chart's kubeVersion check (>= 1.21; helm's default is older):
 	# no template of this chart depends on it.
-	helm template --kube-version=v1.36.3 --namespace=cert-manager --set=installCRDs=true \
+	helm template --kube-version="$(awk '$1 == "older" { print $2 }' "${ROOT}/internal/kubeversions/versions.txt")" --namespace=cert-manager --set=installCRDs=true \
 		--set=creator=static --set=startupapicheck.enabled=false cert-manager "${chart}"
 } > "${cm}/cert-manager.yaml"
 
