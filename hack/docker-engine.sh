@@ -28,6 +28,8 @@
 #                            Never "none": dockerd then deletes docker0, the first engine's.
 #   CAPDMP_DOCKER_GROUP      dockerd --group: the group that may use the socket (dockerd's default:
 #                            docker, where that group exists)
+#   CAPDMP_DOCKER_REGISTRY_MIRROR  dockerd --registry-mirror: a mirror of docker.io (a registry on
+#                            loopback in make test-published-path)
 #   CAPDMP_DOCKER_OWN=true   ignore engines that already answer and start our own
 #
 # Only starting and stopping our own dockerd needs root. With an engine that answers (Docker
@@ -206,6 +208,7 @@ cmd_start() {
   )
   [[ -n "${CAPDMP_DOCKER_DATA_ROOT:-}" ]] && args+=(--data-root "${CAPDMP_DOCKER_DATA_ROOT}")
   [[ -n "${CAPDMP_DOCKER_GROUP:-}" ]] && args+=(--group "${CAPDMP_DOCKER_GROUP}")
+  [[ -n "${CAPDMP_DOCKER_REGISTRY_MIRROR:-}" ]] && args+=(--registry-mirror "${CAPDMP_DOCKER_REGISTRY_MIRROR}")
   if [[ -n "${CAPDMP_DOCKER_BRIDGE:-}" ]]; then
     [[ "${CAPDMP_DOCKER_BRIDGE}" != "none" ]] || die "CAPDMP_DOCKER_BRIDGE=none would make dockerd delete docker0; name a bridge of the engine's own"
     args+=(--bridge "${CAPDMP_DOCKER_BRIDGE}")

@@ -26,6 +26,17 @@
 # Before that, as root and cached: `make envtest-binaries` and `make node-images` of the versions
 # (with CoreDNS, which the template's clusters run), the images the copies are made from.
 #
+# DEV_MACHINE_IMAGES=mirror (`make test-published-path`) is a machine with the internet instead,
+# made on loopback: the label-less copies are pushed under their published names to a registry on
+# 127.0.0.1 (the distribution registry, hack/registry.sh), and envtest's binaries are served there
+# in controller-tools' layout (an index and an archive, as setup-envtest downloads them). The user
+# runs on an engine of the test's own (its own data root, so nothing is there before the pull)
+# whose registry mirror for docker.io is that registry, with a published list pinning the pushed
+# digests (NODE_IMAGES_PUBLISHED) and ENVTEST_INDEX naming the served index, and with a PATH that
+# holds only Go, make, git, docker, bash and POSIX tools (no flock, timeout, setpriv, sysctl, ip or
+# package manager). make run must pull every image and fetch envtest's binaries, building nothing
+# from source; then the user runs `make test` (DEV_MACHINE_MAKE_TEST, true in that mode) on it.
+#
 # Written in bash rather than as a Go test: it drives users, the engine, make and the host's
 # files from outside the repository, as CI does, and has nothing to share with the Go test
 # packages.
@@ -36,6 +47,11 @@
 #   CAPDMP_DEV_USER           the user (default capdmp-dev)
 #   DEV_PLANE_TIMEOUT         seconds until the plane is ready (default 3600: a cold Go build)
 #   DEV_CLUSTER_TIMEOUT       seconds until the cluster's Nodes are Ready (default 900)
+#   DEV_MACHINE_IMAGES        present (default): label-less images on the shared engine; mirror:
+#                             pulled through a loopback registry mirror by an engine of the test's own
+#   DEV_MACHINE_MAKE_TEST     true: the user runs `make test` after make run (default: true with
+#                             mirror, else false)
+#   DEV_TEST_TIMEOUT          seconds the user's make test may take (default 5400)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,6 +59,13 @@ read -r -a VERSIONS <<<"${RUN_NODE_IMAGE_VERSIONS:-$(awk '$1 ~ /^(older|newer)$/
 DEV_USER="${CAPDMP_DEV_USER:-capdmp-dev}"
 PLANE_TIMEOUT="${DEV_PLANE_TIMEOUT:-3600}"
 CLUSTER_TIMEOUT="${DEV_CLUSTER_TIMEOUT:-900}"
+IMAGES_MODE="${DEV_MACHINE_IMAGES:-present}"
+case "${IMAGES_MODE}" in
+  present) MAKE_TEST="${DEV_MACHINE_MAKE_TEST:-false}" ;;
+  mirror) MAKE_TEST="${DEV_MACHINE_MAKE_TEST:-true}" ;;
+  *) echo "DEV_MACHINE_IMAGES=${IMAGES_MODE}: present or mirror" >&2; exit 2 ;;
+esac
+TEST_TIMEOUT="${DEV_TEST_TIMEOUT:-5400}"
 CLUSTER=devmachine
 NODE_REPO=kindest/node
 RECIPE_LABEL=io.capdmp.node-images.recipe
@@ -65,6 +88,9 @@ elapsed() { printf '%dm%02ds' $(((SECONDS - START) / 60)) $(((SECONDS - START) %
 for c in docker git make runuser useradd userdel getent setsid flock find stat /usr/local/go/bin/go; do
   command -v "${c}" >/dev/null 2>&1 || die "${c} is missing on this host"
 done
+if [[ "${IMAGES_MODE}" == mirror ]]; then
+  for c in ip python3 sha512sum tar; do command -v "${c}" >/dev/null 2>&1 || die "${c} is missing on this host (DEV_MACHINE_IMAGES=mirror)"; done
+fi
 export PATH="/usr/local/go/bin:${PATH}"
 # The user's run gets its own; `make test-developer-machine` exports the Makefile's.
 unset KUBEBUILDER_ASSETS
@@ -88,6 +114,11 @@ log "engine ${DOCKER_HOST} (socket group ${SOCK_GROUP}, data root ${DATA_ROOT});
 
 CREATED_USER=false
 RUN_PGID=""
+# The loopback registry, the envtest file server and the user's engine (mirror mode).
+MIRROR_PIDS=()
+USER_ENGINE_ENV=()
+USER_ENGINE_BRIDGE=""
+USER_DOCKER_HOST=""
 declare -A BACKED_UP=() COPY_ID=()
 # The kernel settings the nodes' kubelets change on the host, which a user's plane cannot put
 # back (test/devtools/hostsysctl). Not the inotify limits: a user's plane cannot raise them, and another
@@ -112,6 +143,21 @@ stop_run() {
   RUN_PGID=""
 }
 
+# stop_user_engine: removes the user's engine of mirror mode with its containers, data and bridge.
+stop_user_engine() {
+  [[ -n "${USER_DOCKER_HOST}" ]] || return 0
+  local ids
+  ids="$(DOCKER_HOST="${USER_DOCKER_HOST}" docker ps -aq 2>/dev/null)"
+  # shellcheck disable=SC2086 # a list of IDs
+  [[ -z "${ids}" ]] || DOCKER_HOST="${USER_DOCKER_HOST}" docker rm -f -v ${ids} >/dev/null 2>&1
+  env "${USER_ENGINE_ENV[@]}" "${ROOT}/hack/docker-engine.sh" stop >/dev/null 2>&1 || log "could not stop the user's engine at ${USER_DOCKER_HOST}"
+  local m
+  for m in $(awk -v d="${WORK}/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r); do umount -l "${m}" 2>/dev/null; done
+  [[ -z "${USER_ENGINE_BRIDGE}" ]] || ip link del "${USER_ENGINE_BRIDGE}" 2>/dev/null
+  USER_DOCKER_HOST=""
+  log "stopped the user's engine, removed its data and bridge"
+}
+
 cleanup() {
   local rc=$?
   set +e
@@ -120,6 +166,9 @@ cleanup() {
   ids="$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=${CLUSTER}")"
   # shellcheck disable=SC2086 # a list of IDs
   [[ -z "${ids}" ]] || { log "removing the containers of cluster ${CLUSTER}"; docker rm -f -v ${ids} >/dev/null; }
+  stop_user_engine
+  local pid
+  for pid in ${MIRROR_PIDS[@]+"${MIRROR_PIDS[@]}"}; do kill "${pid}" 2>/dev/null; done
   if id "${DEV_USER}" >/dev/null 2>&1; then
     local pid
     for pid in $(user_pids); do kill -KILL "${pid}" 2>/dev/null; done
@@ -176,27 +225,132 @@ recipe_images() {
   docker images -a --no-trunc --format '{{.ID}} {{.Repository}}' | awk '$2 ~ /^capdmp\/node-/ {print $1}'
 }
 
+# --- mirror mode: a registry, envtest's binaries and an engine, on loopback -------------------------
+
+# free_port: a TCP port on 127.0.0.1 nothing listens on.
+free_port() {
+  local port
+  for _ in $(seq 1 50); do
+    port=$((20000 + RANDOM % 10000))
+    if ! (echo >"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then echo "${port}"; return 0; fi
+  done
+  die "no free port on 127.0.0.1"
+}
+
+# wait_http URL: until URL answers.
+wait_http() {
+  for _ in $(seq 1 100); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  die "nothing answers at $1"
+}
+
+# setup_mirror: the registry with the label-less copies under their published names, the envtest
+# index and archive, and the user's engine whose docker.io mirror is that registry.
+setup_mirror() {
+  local registry port reg image copy digest
+  registry="$("${ROOT}/hack/registry.sh" build)" || die "building the distribution registry failed"
+  port="$(free_port)"
+  reg="127.0.0.1:${port}"
+  mkdir -p "${WORK}/registry"
+  printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n' \
+    "${WORK}/registry" "${reg}" >"${WORK}/registry.yaml"
+  "${registry}" serve "${WORK}/registry.yaml" >"${ART}/registry.log" 2>&1 &
+  MIRROR_PIDS+=($!)
+  wait_http "http://${reg}/v2/"
+  log "registry on ${reg} ($("${registry}" --version))"
+
+  # The copies are pushed from the shared engine under the registry's name and untagged after:
+  # its own tags stay as they were.
+  : >"${WORK}/published.txt"
+  local push_started=${SECONDS}
+  for image in "${IMAGES[@]}"; do
+    docker image inspect "${image}" >/dev/null 2>&1 || die "${image} is not on the engine after make node-images"
+    copy="${reg}/${image}"
+    printf 'FROM %s\nLABEL %s=""\n' "${image}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${copy}" - >"${WORK}/copy.log" 2>&1 ||
+      { cat "${WORK}/copy.log" >&2; die "building the label-less copy of ${image} failed"; }
+    docker push "${copy}" >"${WORK}/push.log" 2>&1 || { cat "${WORK}/push.log" >&2; die "docker push ${copy} failed"; }
+    digest="$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "${copy}" | awk -F@ -v r="${reg}/${image%:*}" '$1 == r { print $2; exit }')"
+    [[ -n "${digest}" ]] || die "no digest of ${copy} after the push"
+    docker rmi "${copy}" >/dev/null
+    if [[ "${image}" == "${LB_IMAGE}" ]]; then
+      echo "load-balancer ${image}@${digest}" >>"${WORK}/published.txt"
+    else
+      echo "${image#"${NODE_REPO}":} ${image}@${digest}" >>"${WORK}/published.txt"
+    fi
+    log "pushed ${image} as published, without the recipe label: ${digest}"
+  done
+  chmod 0644 "${WORK}/published.txt"
+  MIRROR_PUSH_SECONDS=$((SECONDS - push_started))
+
+  # envtest's binaries as controller-tools publishes them: an archive and setup-envtest's index.
+  local version files archive sum
+  version="$(awk '$1 == "envtest" { print $2 }' "${ROOT}/internal/kubeversions/versions.txt")"
+  files="${WORK}/envtest"
+  archive="envtest-${version}-linux-$(go env GOARCH).tar.gz"
+  mkdir -p "${files}/stage/controller-tools/envtest"
+  cp "${ROOT}/bin/envtest/kube-apiserver" "${ROOT}/bin/envtest/etcd" "${files}/stage/controller-tools/envtest/"
+  tar -C "${files}/stage" -czf "${files}/${archive}" controller-tools
+  sum="$(sha512sum "${files}/${archive}" | cut -d' ' -f1)"
+  port="$(free_port)"
+  printf 'releases:\n  %s:\n    %s:\n      hash: %s\n      selfLink: http://127.0.0.1:%s/%s\n' \
+    "${version}" "${archive}" "${sum}" "${port}" "${archive}" >"${files}/envtest-releases.yaml"
+  chmod -R a+rX "${files}"
+  python3 -m http.server --bind 127.0.0.1 --directory "${files}" "${port}" >"${ART}/envtest-server.log" 2>&1 &
+  MIRROR_PIDS+=($!)
+  ENVTEST_INDEX_URL="http://127.0.0.1:${port}/envtest-releases.yaml"
+  wait_http "${ENVTEST_INDEX_URL}"
+  log "envtest ${version} served at ${ENVTEST_INDEX_URL}"
+
+  # The user's engine: its own data root (nothing pulled before), docker.io mirrored by the
+  # registry, a bridge of its own for its default network, no iptables rules beside the shared
+  # engine's.
+  USER_ENGINE_BRIDGE="capdmp-mr$(printf '%04x' "${RANDOM}")"
+  ip link add name "${USER_ENGINE_BRIDGE}" type bridge
+  ip addr add "10.199.$((200 + RANDOM % 50)).1/24" dev "${USER_ENGINE_BRIDGE}"
+  USER_ENGINE_ENV=(CAPDMP_DOCKER_DIR="${WORK}/engine/run" CAPDMP_DOCKER_DATA_ROOT="${WORK}/engine/data" CAPDMP_DOCKER_IPTABLES=false
+    CAPDMP_DOCKER_BRIDGE="${USER_ENGINE_BRIDGE}" CAPDMP_DOCKER_OWN=true CAPDMP_DOCKER_GROUP="${SOCK_GROUP}"
+    CAPDMP_DOCKER_REGISTRY_MIRROR="http://${reg}")
+  local out
+  out="$(env "${USER_ENGINE_ENV[@]}" "${ROOT}/hack/docker-engine.sh" start 2>"${ART}/user-engine.log")" || { cat "${ART}/user-engine.log" >&2; die "starting the user's engine failed"; }
+  USER_DOCKER_HOST="${out#export DOCKER_HOST=}"
+  chmod 0755 "${WORK}/engine" "${WORK}/engine/run"
+  [[ -z "$(DOCKER_HOST="${USER_DOCKER_HOST}" docker images -aq)" ]] || die "the user's engine at ${USER_DOCKER_HOST} has images before the run"
+  DOCKER_HOST="${USER_DOCKER_HOST}" docker info --format '{{.RegistryConfig.Mirrors}}' | grep -qF "http://${reg}/" ||
+    die "the user's engine does not mirror docker.io to ${reg}"
+  log "the user's engine: ${USER_DOCKER_HOST}, no image, docker.io mirrored by http://${reg}"
+  : >"${WORK}/recipe-images.before"
+}
+
 # --- published-style copies -------------------------------------------------------------------------
 
 declare -A ID_BEFORE=() TAGS_BEFORE=()
-for image in "${IMAGES[@]}"; do
-  docker image inspect "${image}" >/dev/null 2>&1 || die "${image} is not on the engine after make node-images"
-  if [[ -n "$(label_of "${image}")" ]]; then
-    backup="${BACKUP_REPO}:$(tr '/:' '__' <<<"${image}")"
-    docker tag "${image}" "${backup}"
-    BACKED_UP[${image}]="${backup}"
-    printf 'FROM %s\nLABEL %s=""\n' "${backup}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${image}" - >"${WORK}/copy.log" 2>&1 ||
-      { cat "${WORK}/copy.log" >&2; die "building the label-less copy of ${image} failed"; }
-    COPY_ID[${image}]="$(image_id "${image}")"
-    [[ -z "$(label_of "${image}")" ]] || die "the copy of ${image} still has a recipe label"
-    log "${image}: the recipe's image kept as ${backup}; a label-less copy tagged ${image} (${COPY_ID[${image}]:7:12})"
-  else
-    log "${image}: already without a recipe label (published): used as it is"
-  fi
-  ID_BEFORE[${image}]="$(image_id "${image}")"
-  TAGS_BEFORE[${image}]="$(tags_of "${ID_BEFORE[${image}]}")"
-done
-recipe_images | sort -u >"${WORK}/recipe-images.before"
+if [[ "${IMAGES_MODE}" == present ]]; then
+  declare -A ID_BEFORE=() TAGS_BEFORE=()
+  for image in "${IMAGES[@]}"; do
+    docker image inspect "${image}" >/dev/null 2>&1 || die "${image} is not on the engine after make node-images"
+    if [[ -n "$(label_of "${image}")" ]]; then
+      backup="${BACKUP_REPO}:$(tr '/:' '__' <<<"${image}")"
+      docker tag "${image}" "${backup}"
+      BACKED_UP[${image}]="${backup}"
+      printf 'FROM %s\nLABEL %s=""\n' "${backup}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${image}" - >"${WORK}/copy.log" 2>&1 ||
+        { cat "${WORK}/copy.log" >&2; die "building the label-less copy of ${image} failed"; }
+      COPY_ID[${image}]="$(image_id "${image}")"
+      [[ -z "$(label_of "${image}")" ]] || die "the copy of ${image} still has a recipe label"
+      log "${image}: the recipe's image kept as ${backup}; a label-less copy tagged ${image} (${COPY_ID[${image}]:7:12})"
+    else
+      log "${image}: already without a recipe label (published): used as it is"
+    fi
+    ID_BEFORE[${image}]="$(image_id "${image}")"
+    TAGS_BEFORE[${image}]="$(tags_of "${ID_BEFORE[${image}]}")"
+  done
+  recipe_images | sort -u >"${WORK}/recipe-images.before"
+else
+  setup_mirror
+  # What follows, the cluster's containers and the images, is on the user's engine.
+  export DOCKER_HOST="${USER_DOCKER_HOST}"
+fi
 
 # --- the user ------------------------------------------------------------------------------------------
 
@@ -215,12 +369,15 @@ CLONE="${HOME_DIR}/capdmp"
 git clone --quiet --no-hardlinks "${ROOT}" "${CLONE}"
 [[ "$(git -C "${CLONE}" rev-parse HEAD)" == "$(git -C "${ROOT}" rev-parse HEAD)" ]] || die "the clone is not at HEAD of ${ROOT}"
 log "clone of HEAD in ${CLONE}: $(git -C "${CLONE}" log --oneline -1)"
-# envtest binaries where setup-envtest keeps them.
 ENVTEST_VERSION="$("${ROOT}/bin/envtest/kube-apiserver" --version | awk '{print $2}')"
 ASSETS="${HOME_DIR}/.local/share/kubebuilder-envtest/k8s/${ENVTEST_VERSION#v}-linux-amd64"
-mkdir -p "${ASSETS}"
-cp "${ROOT}/bin/envtest/kube-apiserver" "${ROOT}/bin/envtest/etcd" "${ASSETS}/"
-chown -R "${DEV_USER}:" "${CLONE}" "${HOME_DIR}/.local"
+if [[ "${IMAGES_MODE}" == present ]]; then
+  # envtest binaries where setup-envtest keeps them.
+  mkdir -p "${ASSETS}"
+  cp "${ROOT}/bin/envtest/kube-apiserver" "${ROOT}/bin/envtest/etcd" "${ASSETS}/"
+  chown -R "${DEV_USER}:" "${HOME_DIR}/.local"
+fi
+chown -R "${DEV_USER}:" "${CLONE}"
 # Package managers and sudo: every call is recorded and fails. docker: every call is recorded
 # and passed on, to tell the user's image writes from another client's on a shared engine.
 SHIM="${WORK}/shim"
@@ -241,13 +398,30 @@ for pm in "${PACKAGE_MANAGERS[@]}"; do
   chmod 0755 "${SHIM}/${pm}"
 done
 
+# Mirror mode: the user's PATH holds only what the README asks for, Go, make, git, docker and a
+# shell with POSIX tools, each linked from this host; no flock, timeout, setpriv, sysctl, ip or
+# package manager (their shims fail).
+USER_ENV=()
+if [[ "${IMAGES_MODE}" == mirror ]]; then
+  USER_PATH="${WORK}/path"
+  mkdir -p "${USER_PATH}"
+  for tool in go gofmt make git bash sh env cat cp mv rm mkdir rmdir ln ls chmod touch tr cut sort uniq head tail wc \
+    grep sed awk find xargs date sleep kill ps id uname dirname basename tar gzip mktemp printf test tee comm od expr \
+    true false pwd nice nohup diff readlink cmp seq sha256sum hostname getconf stat; do
+    path="$(PATH="/usr/local/go/bin:/usr/bin:/bin" command -v "${tool}")" || die "${tool} is missing on this host"
+    ln -s "${path}" "${USER_PATH}/${tool}"
+  done
+  chmod 0755 "${WORK}/path"
+  USER_ENV=(DOCKER_HOST="${USER_DOCKER_HOST}" NODE_IMAGES_PUBLISHED="${WORK}/published.txt" ENVTEST_INDEX="${ENVTEST_INDEX_URL}")
+fi
+
 # as_user CMD [NAME=VALUE...]: runs the bash command line CMD as the user, in the clone, with
 # the environment of a login of its own (and NAME=VALUE...): the shim first on PATH; Go's cache,
 # GOPATH and module cache the defaults in its home, cold.
 as_user() {
   local line="$1"; shift
   runuser -u "${DEV_USER}" -- env -i HOME="${HOME_DIR}" USER="${DEV_USER}" LOGNAME="${DEV_USER}" SHELL=/bin/bash \
-    LANG=C.UTF-8 TERM=dumb PATH="${SHIM}:${USER_PATH}" "$@" bash -o pipefail -c "cd '${CLONE}' && ${line}"
+    LANG=C.UTF-8 TERM=dumb PATH="${SHIM}:${USER_PATH}" ${USER_ENV[@]+"${USER_ENV[@]}"} "$@" bash -o pipefail -c "cd '${CLONE}' && ${line}"
 }
 
 # --- host state before --------------------------------------------------------------------------------
@@ -263,9 +437,20 @@ host_files | sort >"${WORK}/files.before"
 
 # --- envtest binaries from setup-envtest's folder --------------------------------------------------
 
-log "as ${DEV_USER}: hack/envtest-binaries.sh without KUBEBUILDER_ASSETS (setup-envtest's folder holds ${ENVTEST_VERSION})"
+envtest_started=${SECONDS}
+if [[ "${IMAGES_MODE}" == present ]]; then
+  log "as ${DEV_USER}: hack/envtest-binaries.sh without KUBEBUILDER_ASSETS (setup-envtest's folder holds ${ENVTEST_VERSION})"
+else
+  log "as ${DEV_USER}: hack/envtest-binaries.sh with ENVTEST_INDEX=${ENVTEST_INDEX_URL} (nothing in setup-envtest's folder)"
+fi
 as_user "hack/envtest-binaries.sh" >"${ART}/envtest-binaries.log" 2>&1 || { cat "${ART}/envtest-binaries.log" >&2; die "hack/envtest-binaries.sh failed as ${DEV_USER}"; }
-grep -q "using setup-envtest's ${ASSETS}" "${ART}/envtest-binaries.log" || fail "hack/envtest-binaries.sh did not take setup-envtest's folder: $(tr '\n' ' ' <"${ART}/envtest-binaries.log")"
+ENVTEST_SECONDS=$((SECONDS - envtest_started))
+if [[ "${IMAGES_MODE}" == present ]]; then
+  grep -q "using setup-envtest's ${ASSETS}" "${ART}/envtest-binaries.log" || fail "hack/envtest-binaries.sh did not take setup-envtest's folder: $(tr '\n' ' ' <"${ART}/envtest-binaries.log")"
+else
+  grep -q "fetched with setup-envtest into ${ASSETS} " "${ART}/envtest-binaries.log" || fail "hack/envtest-binaries.sh did not fetch with setup-envtest: $(tr '\n' ' ' <"${ART}/envtest-binaries.log")"
+  grep -q '"GET /envtest-' "${ART}/envtest-server.log" || fail "nothing downloaded the envtest archive from ${ENVTEST_INDEX_URL%/*}"
+fi
 ! grep -q "building" "${ART}/envtest-binaries.log" || fail "hack/envtest-binaries.sh built from source"
 
 # --- make run ---------------------------------------------------------------------------------------------
@@ -273,10 +458,16 @@ grep -q "using setup-envtest's ${ASSETS}" "${ART}/envtest-binaries.log" || fail 
 RUN_LOG="${ART}/make-run.log"
 PIDFILE="${WORK}/make-run.pid"
 install -m 0666 /dev/null "${PIDFILE}"
-log "as ${DEV_USER}: make run with KUBEBUILDER_ASSETS=${ASSETS} (cold Go cache; log ${RUN_LOG})"
+RUN_ENV=()
+if [[ "${IMAGES_MODE}" == present ]]; then
+  RUN_ENV=(KUBEBUILDER_ASSETS="${ASSETS}")
+  log "as ${DEV_USER}: make run with KUBEBUILDER_ASSETS=${ASSETS} (cold Go cache; log ${RUN_LOG})"
+else
+  log "as ${DEV_USER}: make run on ${USER_DOCKER_HOST}, NODE_IMAGES_PUBLISHED=${WORK}/published.txt (cold Go cache; log ${RUN_LOG})"
+fi
 run_started=${SECONDS}
 # setsid: make run leads a process group of its own, as in a terminal, for Ctrl-C.
-as_user "exec setsid bash -c 'echo \$\$ >${PIDFILE}; exec nice -n 10 make run'" KUBEBUILDER_ASSETS="${ASSETS}" >"${RUN_LOG}" 2>&1 &
+as_user "exec $(command -v setsid) bash -c 'echo \$\$ >${PIDFILE}; exec nice -n 10 make run'" ${RUN_ENV[@]+"${RUN_ENV[@]}"} >"${RUN_LOG}" 2>&1 &
 for _ in $(seq 1 50); do [[ -s "${PIDFILE}" ]] && break; sleep 0.2; done
 RUN_PGID="$(cat "${PIDFILE}")"
 [[ -n "${RUN_PGID}" ]] || die "make run did not start (${RUN_LOG})"
@@ -339,6 +530,7 @@ while :; do
   sleep 10
 done
 CLUSTER_READY=$((SECONDS - cluster_started))
+NODES_READY=$((SECONDS - run_started))
 log "cluster ${CLUSTER} up after ${CLUSTER_READY} s: machines ${machines}; nodes ${nodes}"
 as_user "${KUBE_ENV} && kubectl get cluster,kcp,mp,dmp,dmpm" >"${ART}/cluster.txt" 2>&1 || true
 
@@ -365,6 +557,33 @@ if [[ -n "${left_pids// /}" ]]; then
   for pid in ${left_pids}; do kill -KILL "${pid}" 2>/dev/null || true; done
 fi
 
+# --- make test as the user -----------------------------------------------------------------------------
+
+TEST_SECONDS=""
+if [[ "${MAKE_TEST}" == true ]]; then
+  log "as ${DEV_USER}: make test (log ${ART}/make-test.log)"
+  test_started=${SECONDS}
+  as_user "nice -n 10 make test" >"${ART}/make-test.log" 2>&1 &
+  wait_pid=$!
+  while kill -0 "${wait_pid}" 2>/dev/null; do
+    if ((SECONDS - test_started > TEST_TIMEOUT)); then
+      fail "make test did not end within ${TEST_TIMEOUT} s: its processes killed"
+      for pid in $(user_pids); do kill -KILL "${pid}" 2>/dev/null || true; done
+      break
+    fi
+    sleep 10
+  done
+  if wait "${wait_pid}"; then
+    TEST_SECONDS=$((SECONDS - test_started))
+    log "make test passed as ${DEV_USER} in ${TEST_SECONDS} s"
+  else
+    TEST_SECONDS=$((SECONDS - test_started))
+    tail -n 60 "${ART}/make-test.log" >&2
+    fail "make test failed as ${DEV_USER} after ${TEST_SECONDS} s (${ART}/make-test.log)"
+  fi
+  grep -E -- '--- (FAIL|SKIP)' "${ART}/make-test.log" >"${ART}/make-test-fails-and-skips.txt" || true
+fi
+
 # --- what the run did not do -----------------------------------------------------------------------
 
 host_files | sort >"${WORK}/files.after"
@@ -374,6 +593,14 @@ removed="$(comm -23 "${WORK}/files.before" "${WORK}/files.after" | cut -d' ' -f1
 [[ -z "${removed}" ]] || fail "removed during the user's run: $(tr '\n' ' ' <<<"${removed}")"
 
 for image in "${IMAGES[@]}"; do
+  if [[ "${IMAGES_MODE}" == mirror ]]; then
+    key="${image#"${NODE_REPO}":}"
+    [[ "${image}" != "${LB_IMAGE}" ]] || key=load-balancer
+    ref="$(awk -v k="${key}" '$1 == k { print $2 }' "${WORK}/published.txt")"
+    grep -qF "${image}: pulled ${ref} " "${RUN_LOG}" || fail "make run's log does not say ${image} was pulled as ${ref}"
+    image_id "${image}" >/dev/null 2>&1 || fail "${image} is not on the user's engine after make run"
+    continue
+  fi
   id="$(image_id "${image}" 2>/dev/null || true)"
   [[ "${id}" == "${ID_BEFORE[${image}]}" ]] || { fail "${image} is now ${id:-gone}, was ${ID_BEFORE[${image}]}"; continue; }
   # The engine's view: another client of a shared engine shows here too (CI has it to itself).
@@ -382,17 +609,23 @@ for image in "${IMAGES[@]}"; do
   grep -qF "${image}: present, not built here (no recipe label): used as it is" "${RUN_LOG}" || fail "make run's log does not say ${image} was used as it is"
 done
 # Every docker call of the user's run; one that writes images fails the test wherever it came from.
-grep -E '^docker (image (build|tag|import|load|pull|push|rm|prune)|buildx build|build|tag|commit|import|load|pull|push|rmi)( |$)' "${DOCKER_CALLS}" >"${WORK}/image-writes" &&
+# In mirror mode the pulls, and the tags a pull by digest gets, are the point.
+writes='image (build|tag|import|load|pull|push|rm|prune)|buildx build|build|tag|commit|import|load|pull|push|rmi'
+[[ "${IMAGES_MODE}" == present ]] || writes='image (build|import|load|push|rm|prune)|buildx build|build|commit|import|load|push|rmi'
+grep -E "^docker (${writes})( |\$)" "${DOCKER_CALLS}" >"${WORK}/image-writes" &&
   fail "the user's run wrote images: $(tr '\n' ';' <"${WORK}/image-writes")"
 cp "${DOCKER_CALLS}" "${ART}/docker-calls.log"
 new_recipe="$(recipe_images | sort -u | comm -13 "${WORK}/recipe-images.before" -)"
 [[ -z "${new_recipe}" ]] || fail "images of the recipe built during the run: $(tr '\n' ' ' <<<"${new_recipe}")"
 [[ ! -s "${CALLS}" ]] || fail "package managers called: $(tr '\n' ';' <"${CALLS}")"
-grep -q "\[envtest-binaries\] using KUBEBUILDER_ASSETS=${ASSETS} " "${RUN_LOG}" || fail "make run's log does not say the envtest binaries of KUBEBUILDER_ASSETS were used"
+[[ "${IMAGES_MODE}" == mirror ]] || grep -q "\[envtest-binaries\] using KUBEBUILDER_ASSETS=${ASSETS} " "${RUN_LOG}" ||
+  fail "make run's log does not say the envtest binaries of KUBEBUILDER_ASSETS were used"
 grep -q "\[kubectl\] kubectl ${VERSIONS[-1]}: taken from ${NODE_REPO}:${VERSIONS[-1]}" "${RUN_LOG}" || fail "make run's log does not say kubectl was taken from ${NODE_REPO}:${VERSIONS[-1]}"
 # Every build, pull or load of node-images, kube-binaries and envtest-binaries is a step ("==> ")
 # or says "building".
-! grep -E '^\[[a-z-]+\] ==> |building|: replacing it' "${RUN_LOG}" >"${WORK}/builds" || fail "make run built, pulled or loaded: $(tr '\n' ';' <"${WORK}/builds")"
+# In mirror mode, pulls are the steps expected.
+grep -E '^\[[a-z-]+\] ==> |building|: replacing it' "${RUN_LOG}" | { if [[ "${IMAGES_MODE}" == mirror ]]; then grep -v '^\[node-images\] ==> .*: pulling '; else cat; fi; } >"${WORK}/builds" || true
+[[ ! -s "${WORK}/builds" ]] || fail "make run built, pulled or loaded: $(tr '\n' ';' <"${WORK}/builds")"
 
 changed_sysctls=()
 for s in "${SYSCTLS[@]}"; do
@@ -403,10 +636,15 @@ done
 
 # --- summary ------------------------------------------------------------------------------------------
 
-log "summary: plane ready after ${PLANE_READY} s (cold Go cache), cluster up after ${CLUSTER_READY} s, whole test $(elapsed)"
+log "summary: plane ready after ${PLANE_READY} s (cold Go cache), cluster up after ${CLUSTER_READY} s (every Node Ready ${NODES_READY} s after make run started), whole test $(elapsed)"
+[[ "${IMAGES_MODE}" == present ]] || log "mirror: pushes ${MIRROR_PUSH_SECONDS} s, envtest fetch ${ENVTEST_SECONDS} s, make test ${TEST_SECONDS:-not run} s"
 if ((${#failures[@]} > 0)); then
   log "${#failures[@]} failure(s):"
   printf '  - %s\n' "${failures[@]}" >&2
   exit 1
 fi
-log "PASS: make run as ${DEV_USER} used ${IMAGES[*]} as they are, built and retagged no image, called no package manager, touched nothing of root's"
+if [[ "${IMAGES_MODE}" == mirror ]]; then
+  log "PASS: as ${DEV_USER} with only Go, make, git, docker and POSIX tools, make run pulled ${IMAGES[*]} through the loopback mirror and fetched envtest's binaries, built no image, called no package manager, touched nothing of root's${TEST_SECONDS:+; make test passed}"
+else
+  log "PASS: make run as ${DEV_USER} used ${IMAGES[*]} as they are, built and retagged no image, called no package manager, touched nothing of root's"
+fi
