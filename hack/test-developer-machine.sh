@@ -400,14 +400,15 @@ done
 
 # Mirror mode: the user's PATH holds only what the README asks for, Go, make, git, docker and a
 # shell with POSIX tools, each linked from this host; no flock, timeout, setpriv, sysctl, ip or
-# package manager (their shims fail).
+# package manager (their shims fail). The one other: busybox, which make test's engine tests copy
+# into their 2 MB image (internal/container/containertest) until a Go-built binary replaces it.
 USER_ENV=()
 if [[ "${IMAGES_MODE}" == mirror ]]; then
   USER_PATH="${WORK}/path"
   mkdir -p "${USER_PATH}"
   for tool in go gofmt make git bash sh env cat cp mv rm mkdir rmdir ln ls chmod touch tr cut sort uniq head tail wc \
     grep sed awk find xargs date sleep kill ps id uname dirname basename tar gzip mktemp printf test tee comm od expr \
-    true false pwd nice nohup diff readlink cmp seq sha256sum hostname getconf stat; do
+    true false pwd nice nohup diff readlink cmp seq sha256sum hostname getconf stat busybox; do
     path="$(PATH="/usr/local/go/bin:/usr/bin:/bin" command -v "${tool}")" || die "${tool} is missing on this host"
     ln -s "${path}" "${USER_PATH}/${tool}"
   done
