@@ -33,10 +33,11 @@ const (
 
 // DefaultVersions are the versions build.sh tags when given none: one patch release per minor,
 // each one a kindest/node image of sigs.k8s.io/cluster-api/test v1.14.2's kind mapping. The
-// versions of the real node images (internal/kubeversions) are deliberately not among them.
+// versions of the real node images (internal/kubeversions) are deliberately not among them, and
+// v1.37 has no other patch release there.
 var DefaultVersions = []string{
 	"v1.29.14", "v1.30.13", "v1.31.9", "v1.32.5", "v1.33.1",
-	"v1.34.0", "v1.35.0", "v1.36.4", "v1.37.0",
+	"v1.34.0", "v1.35.0", "v1.36.1",
 }
 
 // Image is the reference of the stub image for a Kubernetes version, e.g. kindest/node:v1.33.1.
