@@ -156,7 +156,9 @@ else
   build_etcd
 fi
 mkdir -p "${OUT}"
-install -m 0755 "${apiserver}" "${OUT}/kube-apiserver"
-install -m 0755 "${etcd}" "${OUT}/etcd"
+# cp and chmod rather than install, which POSIX does not have.
+cp -f "${apiserver}" "${OUT}/kube-apiserver"
+cp -f "${etcd}" "${OUT}/etcd"
+chmod 0755 "${OUT}/kube-apiserver" "${OUT}/etcd"
 log "ready in ${OUT}"
 echo "${OUT}"
