@@ -11,7 +11,9 @@
 #     replaced by a copy whose recipe label is empty (hack/node-images/build.sh counts that as
 #     none, as for kind's published images); put back after;
 #   - as that user, in a clone of this repository's HEAD in its home, with a cold Go cache of its
-#     own (modules from the proxy) and envtest binaries in setup-envtest's folder: envtest-binaries
+#     own (modules from the proxy), a PATH that holds only Go, make, git, docker, bash, POSIX tools
+#     and busybox (no flock, timeout, setpriv, sysctl, ip or package manager), and envtest binaries
+#     in setup-envtest's folder: envtest-binaries
 #     alone takes them from there; `make run` with KUBEBUILDER_ASSETS naming them, in the
 #     background, until the plane is ready; a cluster of templates/cluster-template-machinepool.yaml
 #     applied with bin/clusterctl and bin/kubectl; its control-plane and pool Machines Running and
@@ -32,10 +34,9 @@
 # in controller-tools' layout (an index and an archive, as setup-envtest downloads them). The user
 # runs on an engine of the test's own (its own data root, so nothing is there before the pull)
 # whose registry mirror for docker.io is that registry, with a published list pinning the pushed
-# digests (NODE_IMAGES_PUBLISHED) and ENVTEST_INDEX naming the served index, and with a PATH that
-# holds only Go, make, git, docker, bash and POSIX tools (no flock, timeout, setpriv, sysctl, ip or
-# package manager). make run must pull every image and fetch envtest's binaries, building nothing
-# from source; then the user runs `make test` (DEV_MACHINE_MAKE_TEST, true in that mode) on it.
+# digests (NODE_IMAGES_PUBLISHED) and ENVTEST_INDEX naming the served index. make run must pull
+# every image and fetch envtest's binaries, building nothing from source; then the user runs
+# `make test` (DEV_MACHINE_MAKE_TEST, true in that mode) on it.
 #
 # Written in bash rather than as a Go test: it drives users, the engine, make and the host's
 # files from outside the repository, as CI does, and has nothing to share with the Go test
@@ -71,8 +72,6 @@ NODE_REPO=kindest/node
 RECIPE_LABEL=io.capdmp.node-images.recipe
 BACKUP_REPO=capdmp-test-developer-machine/backup
 ART="${ROOT}/_artifacts/test-developer-machine"
-# Debian's PATH of a normal user (no sbin), Go's folder first as its installer says.
-USER_PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin
 PACKAGE_MANAGERS=(apt apt-get aptitude dpkg dnf yum microdnf rpm apk brew port pacman zypper snap sudo)
 
 START=${SECONDS}
@@ -398,21 +397,21 @@ for pm in "${PACKAGE_MANAGERS[@]}"; do
   chmod 0755 "${SHIM}/${pm}"
 done
 
-# Mirror mode: the user's PATH holds only what the README asks for, Go, make, git, docker and a
-# shell with POSIX tools, each linked from this host; no flock, timeout, setpriv, sysctl, ip or
-# package manager (their shims fail). The one other: busybox, which make test's engine tests copy
-# into their 2 MB image (internal/container/containertest) until a Go-built binary replaces it.
+# The user's PATH holds only what the README asks for, Go, make, git, docker and a shell with
+# POSIX tools, each linked from this host; no flock, timeout, setpriv, sysctl, ip or package
+# manager (their shims fail). The one other: busybox, which make test's engine tests copy into
+# their 2 MB image (internal/container/containertest) until a Go-built binary replaces it.
+USER_PATH="${WORK}/path"
+mkdir -p "${USER_PATH}"
+for tool in go gofmt make git bash sh env cat cp mv rm mkdir rmdir ln ls chmod touch tr cut sort uniq head tail wc \
+  grep sed awk find xargs date sleep kill ps id uname dirname basename tar gzip mktemp printf test tee comm od expr \
+  true false pwd nice nohup diff readlink cmp seq sha256sum hostname getconf stat busybox; do
+  path="$(PATH="/usr/local/go/bin:/usr/bin:/bin" command -v "${tool}")" || die "${tool} is missing on this host"
+  ln -s "${path}" "${USER_PATH}/${tool}"
+done
+chmod 0755 "${USER_PATH}"
 USER_ENV=()
 if [[ "${IMAGES_MODE}" == mirror ]]; then
-  USER_PATH="${WORK}/path"
-  mkdir -p "${USER_PATH}"
-  for tool in go gofmt make git bash sh env cat cp mv rm mkdir rmdir ln ls chmod touch tr cut sort uniq head tail wc \
-    grep sed awk find xargs date sleep kill ps id uname dirname basename tar gzip mktemp printf test tee comm od expr \
-    true false pwd nice nohup diff readlink cmp seq sha256sum hostname getconf stat busybox; do
-    path="$(PATH="/usr/local/go/bin:/usr/bin:/bin" command -v "${tool}")" || die "${tool} is missing on this host"
-    ln -s "${path}" "${USER_PATH}/${tool}"
-  done
-  chmod 0755 "${WORK}/path"
   USER_ENV=(DOCKER_HOST="${USER_DOCKER_HOST}" NODE_IMAGES_PUBLISHED="${WORK}/published.txt" ENVTEST_INDEX="${ENVTEST_INDEX_URL}")
 fi
 
