@@ -12,8 +12,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	"sigs.k8s.io/cluster-api/core/reconcilers/topology/cluster/patches/inline"
@@ -272,8 +272,8 @@ func TestClusterClassControlPlaneImageByTag(t *testing.T) {
 		FieldPath: "spec.machineTemplate.spec.infrastructureRef",
 	}
 	for version, want := range map[string]string{
-		"v1.36.4":         "kindest/node:v1.36.4",
-		"v1.37.0":         "kindest/node:v1.37.0",
+		"v1.36.4":          "kindest/node:v1.36.4",
+		"v1.37.0":          "kindest/node:v1.37.0",
 		"v1.37.0+capdmp.1": "kindest/node:v1.37.0_capdmp.1", // an image tag has no "+"
 	} {
 		t.Run(version, func(t *testing.T) {
