@@ -271,7 +271,7 @@ func TestSetControlPlaneVersion(t *testing.T) {
 
 	// Written again (a retried step): the same template, nothing new.
 	g.Expect(c.SetControlPlaneVersion(ctx, to)).To(Succeed())
-	list := &capdv1.DockerMachineTemplateList{} //nolint:staticcheck // the kind the template uses
+	list := &capdv1.DockerMachineTemplateList{}
 	g.Expect(c.w.Client.List(ctx, list)).To(Succeed())
 	g.Expect(list.Items).To(HaveLen(2))
 }
