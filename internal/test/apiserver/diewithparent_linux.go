@@ -39,5 +39,5 @@ func init() {
 	if os.Getppid() != parent {
 		fail("its parent %d is gone", parent)
 	}
-	fail("%v", syscall.Exec(binary, append([]string{binary}, os.Args[1:]...), os.Environ()))
+	fail("%v", syscall.Exec(binary, append([]string{binary}, os.Args[1:]...), os.Environ())) //nolint:gosec // the binary the wrapper DieWithParent wrote names
 }
