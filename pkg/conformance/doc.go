@@ -40,6 +40,9 @@
 //   - Observer: a Source that samples the versions better than the contract does, for instance
 //     by asking each kube-apiserver its /version and reading the pool's Nodes. Without it the
 //     monitor reads the control plane's status.versions, then Instances.
+//   - ControlPlaneWriter: the control plane moves to a version by more than its spec.version (a
+//     machine template that names the image of its version); no scenario needs it, and without
+//     it the kit writes spec.version alone.
 //
 // # Running the scenarios
 //
