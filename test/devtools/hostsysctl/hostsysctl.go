@@ -203,9 +203,14 @@ func (h Host) logf(format string, args ...any) {
 	}
 }
 
-// processAlive is true when a process with this PID exists; signal 0 checks without sending.
+// processAlive is true when a process with this PID exists; signal 0 checks without sending,
+// and a process of another user answers EPERM.
 func processAlive(pid int) bool {
-	return pid > 0 && syscall.Kill(pid, 0) == nil
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func dotted(name string) string { return strings.ReplaceAll(name, "/", ".") }
