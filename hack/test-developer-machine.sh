@@ -215,6 +215,13 @@ label_of() { docker image inspect -f "{{ index .Config.Labels \"${RECIPE_LABEL}\
 image_id() { docker image inspect -f '{{.Id}}' "$1"; }
 # tags_of ID: every tag naming image ID, sorted.
 tags_of() { docker image inspect -f '{{range .RepoTags}}{{println .}}{{end}}' "$1" | sed '/^$/d' | sort; }
+# label_less_copy IMAGE TAG: builds TAG from IMAGE with the recipe label emptied, as kind publishes.
+label_less_copy() {
+  printf 'FROM %s\nLABEL %s=""\n' "$1" "${RECIPE_LABEL}" | docker build --pull=false -q -t "$2" - >"${WORK}/copy.log" 2>&1 ||
+    { cat "${WORK}/copy.log" >&2; die "building the label-less copy of $1 failed"; }
+}
+# published_key IMAGE: IMAGE's key in a published list, its version or load-balancer.
+published_key() { if [[ "$1" == "${LB_IMAGE}" ]]; then echo load-balancer; else echo "${1#"${NODE_REPO}":}"; fi; }
 # recipe_images: the IDs of images whose recipe label has a value (built by hack/node-images), and
 # of its intermediate images.
 recipe_images() {
@@ -267,17 +274,12 @@ setup_mirror() {
   for image in "${IMAGES[@]}"; do
     docker image inspect "${image}" >/dev/null 2>&1 || die "${image} is not on the engine after make node-images"
     copy="${reg}/${image}"
-    printf 'FROM %s\nLABEL %s=""\n' "${image}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${copy}" - >"${WORK}/copy.log" 2>&1 ||
-      { cat "${WORK}/copy.log" >&2; die "building the label-less copy of ${image} failed"; }
+    label_less_copy "${image}" "${copy}"
     docker push "${copy}" >"${WORK}/push.log" 2>&1 || { cat "${WORK}/push.log" >&2; die "docker push ${copy} failed"; }
     digest="$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "${copy}" | awk -F@ -v r="${reg}/${image%:*}" '$1 == r { print $2; exit }')"
     [[ -n "${digest}" ]] || die "no digest of ${copy} after the push"
     docker rmi "${copy}" >/dev/null
-    if [[ "${image}" == "${LB_IMAGE}" ]]; then
-      echo "load-balancer ${image}@${digest}" >>"${WORK}/published.txt"
-    else
-      echo "${image#"${NODE_REPO}":} ${image}@${digest}" >>"${WORK}/published.txt"
-    fi
+    echo "$(published_key "${image}") ${image}@${digest}" >>"${WORK}/published.txt"
     log "pushed ${image} as published, without the recipe label: ${digest}"
   done
   chmod 0644 "${WORK}/published.txt"
@@ -333,8 +335,7 @@ if [[ "${IMAGES_MODE}" == present ]]; then
       backup="${BACKUP_REPO}:$(tr '/:' '__' <<<"${image}")"
       docker tag "${image}" "${backup}"
       BACKED_UP[${image}]="${backup}"
-      printf 'FROM %s\nLABEL %s=""\n' "${backup}" "${RECIPE_LABEL}" | docker build --pull=false -q -t "${image}" - >"${WORK}/copy.log" 2>&1 ||
-        { cat "${WORK}/copy.log" >&2; die "building the label-less copy of ${image} failed"; }
+      label_less_copy "${backup}" "${image}"
       COPY_ID[${image}]="$(image_id "${image}")"
       [[ -z "$(label_of "${image}")" ]] || die "the copy of ${image} still has a recipe label"
       log "${image}: the recipe's image kept as ${backup}; a label-less copy tagged ${image} (${COPY_ID[${image}]:7:12})"
@@ -575,11 +576,12 @@ if [[ "${MAKE_TEST}" == true ]]; then
     fi
     sleep 10
   done
-  if wait "${wait_pid}"; then
-    TEST_SECONDS=$((SECONDS - test_started))
+  test_rc=0
+  wait "${wait_pid}" || test_rc=$?
+  TEST_SECONDS=$((SECONDS - test_started))
+  if ((test_rc == 0)); then
     log "make test passed as ${DEV_USER} in ${TEST_SECONDS} s"
   else
-    TEST_SECONDS=$((SECONDS - test_started))
     tail -n 60 "${ART}/make-test.log" >&2
     fail "make test failed as ${DEV_USER} after ${TEST_SECONDS} s (${ART}/make-test.log)"
   fi
@@ -596,9 +598,7 @@ removed="$(comm -23 "${WORK}/files.before" "${WORK}/files.after" | cut -d' ' -f1
 
 for image in "${IMAGES[@]}"; do
   if [[ "${IMAGES_MODE}" == mirror ]]; then
-    key="${image#"${NODE_REPO}":}"
-    [[ "${image}" != "${LB_IMAGE}" ]] || key=load-balancer
-    ref="$(awk -v k="${key}" '$1 == k { print $2 }' "${WORK}/published.txt")"
+    ref="$(awk -v k="$(published_key "${image}")" '$1 == k { print $2 }' "${WORK}/published.txt")"
     grep -qF "${image}: pulled ${ref} " "${RUN_LOG}" || fail "make run's log does not say ${image} was pulled as ${ref}"
     image_id "${image}" >/dev/null 2>&1 || fail "${image} is not on the user's engine after make run"
     continue
