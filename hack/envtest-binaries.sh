@@ -6,7 +6,7 @@
 #      tests and the management plane read it, so nothing is copied or built);
 #   2. this script's cache of earlier source builds of KUBERNETES_VERSION;
 #   3. setup-envtest's folder of KUBERNETES_VERSION for this OS and architecture
-#      (~/.local/share/kubebuilder-envtest/k8s/1.36.3-linux-amd64 on Linux);
+#      (~/.local/share/kubebuilder-envtest/k8s/1.37.0-linux-amd64 on Linux);
 #   4. the binaries controller-tools publishes for this OS and architecture, downloaded by
 #      setup-envtest into its folder (ENVTEST_INDEX names another index, a mirror's; skipped with
 #      CAPDMP_PULL=never);
